@@ -1,0 +1,103 @@
+//! [`ObjectId`]: the 20-byte identifier of an object (Plasma-compatible).
+
+use crate::ProtocolError;
+use std::fmt;
+
+/// A 20-byte object identifier.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ObjectId(pub [u8; ObjectId::LEN]);
+
+impl ObjectId {
+    /// Length of an id in bytes.
+    pub const LEN: usize = 20;
+
+    /// Parses an id from exactly 20 bytes.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, ProtocolError> {
+        let arr: [u8; Self::LEN] = bytes.try_into().map_err(|_| ProtocolError::BadObjectId {
+            expected: Self::LEN,
+            got: bytes.len(),
+        })?;
+        Ok(Self(arr))
+    }
+
+    /// A random id from the OS's random source (128+ bits of entropy, so ids
+    /// made on different hosts do not collide in practice).
+    pub fn random() -> Self {
+        let mut b = [0u8; Self::LEN];
+        fill_random(&mut b);
+        Self(b)
+    }
+
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8; Self::LEN] {
+        &self.0
+    }
+
+    /// Lower-case hex, 40 characters.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 40 hex characters.
+    pub fn from_hex(s: &str) -> Result<Self, ProtocolError> {
+        let bad = || ProtocolError::BadObjectId {
+            expected: Self::LEN,
+            got: s.len() / 2,
+        };
+        if s.len() != 2 * Self::LEN || !s.is_ascii() {
+            return Err(bad());
+        }
+        let mut b = [0u8; Self::LEN];
+        for (i, out) in b.iter_mut().enumerate() {
+            *out = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Self(b))
+    }
+}
+
+fn fill_random(buf: &mut [u8]) {
+    use std::io::Read;
+    // /dev/urandom never blocks after boot and is always present on Linux.
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        if f.read_exact(buf).is_ok() {
+            return;
+        }
+    }
+    // Fallback: hash time, pid and a counter (not cryptographic, still unique).
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    for chunk in buf.chunks_mut(8) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        h.write_u32(std::process::id());
+        let v = h.finish().to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectId({})", self.to_hex())
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trip_and_bad_lengths() {
+        let id = ObjectId::random();
+        assert_eq!(ObjectId::from_hex(&id.to_hex()).unwrap(), id);
+        assert!(ObjectId::from_slice(&[0u8; 19]).is_err());
+        assert!(ObjectId::from_slice(&[0u8; 21]).is_err());
+        assert!(ObjectId::from_hex("zz").is_err());
+        assert_ne!(ObjectId::random(), ObjectId::random());
+    }
+}

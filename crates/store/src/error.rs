@@ -1,0 +1,38 @@
+//! The store's error type: every way a request can be refused.
+
+use ferroplasma_protocol::ObjectId;
+
+/// Why the store refused a request. None of these harm stored objects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The id is taken by a sealed object or one being created.
+    #[error("object {0} already exists")]
+    ObjectExists(ObjectId),
+    /// No object has this id.
+    #[error("object {0} not found")]
+    ObjectNotFound(ObjectId),
+    /// The object does not fit, even after evicting every evictable object.
+    #[error(
+        "store full: {requested} bytes requested, {free} free, {evictable} evictable, \
+         capacity {capacity}; release or delete objects, or start the store with more --memory"
+    )]
+    StoreFull {
+        /// Bytes the allocation needed.
+        requested: u64,
+        /// Bytes free before the attempt.
+        free: u64,
+        /// Bytes held by sealed, unreferenced objects.
+        evictable: u64,
+        /// The store's capacity.
+        capacity: u64,
+    },
+    /// Seal or abort of an object another client created.
+    #[error("object {0} was created by another client")]
+    NotCreator(ObjectId),
+    /// Seal or abort of an object that is already sealed.
+    #[error("object {0} is already sealed")]
+    AlreadySealed(ObjectId),
+    /// Release of an object this client holds no reference to.
+    #[error("client holds no reference to object {0}")]
+    NotHeld(ObjectId),
+}

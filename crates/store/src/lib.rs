@@ -1,0 +1,28 @@
+//! The ferroplasma object table: allocation, references, eviction, waits and
+//! subscriptions, as a state machine with no I/O. The daemon feeds it
+//! requests (and the time) and delivers the [`Effects`] it returns.
+//!
+//! Module map:
+//! - [`store`]: [`Store`], the state machine and its operations.
+//! - [`allocator`]: best-fit, 64-byte-aligned, coalescing range allocator.
+//! - [`object`]: object entries, [`Location`], [`ObjectInfo`], [`ObjectState`].
+//! - [`events`]: [`Effects`], [`Notice`] and subscription [`Event`]s.
+//! - [`stats`]: [`Stats`].
+//! - [`error`]: [`StoreError`].
+//! - `lru`: the eviction queue (least recently released first).
+//! - `clients`: per-client references, creations and waits.
+
+pub mod allocator;
+mod clients;
+pub mod error;
+pub mod events;
+mod lru;
+pub mod object;
+pub mod stats;
+pub mod store;
+
+pub use error::StoreError;
+pub use events::{Effects, Event, EventKind, Notice};
+pub use object::{ClientId, Location, ObjectInfo, ObjectState};
+pub use stats::Stats;
+pub use store::{DeleteOutcome, Store};

@@ -1,0 +1,211 @@
+//! The state machine's rules, driven directly (no daemon, no I/O).
+
+use ferroplasma_protocol::ObjectId;
+use ferroplasma_store::*;
+use proptest::prelude::*;
+
+fn id(n: u8) -> ObjectId {
+    ObjectId([n; 20])
+}
+
+fn sealed(s: &mut Store, c: ClientId, n: u8, size: u64) {
+    s.create(c, id(n), size, 0, 0).unwrap();
+    s.seal(c, id(n), 1).unwrap();
+    s.release(c, id(n)).unwrap();
+}
+
+#[test]
+fn lifecycle_create_seal_get_release_delete() {
+    let mut s = Store::new(1 << 20);
+    let a = s.connect();
+    let b = s.connect();
+    let (loc, _) = s.create(a, id(1), 100, 10, 5).unwrap();
+    assert_eq!(loc.offset % 64, 0);
+    assert_eq!(loc.metadata_offset() % 64, 0);
+    assert!(!s.contains(&id(1)), "unsealed objects are invisible");
+    assert_eq!(s.get(b, id(1)), None);
+    assert_eq!(s.seal(b, id(1), 6), Err(StoreError::NotCreator(id(1))));
+    s.seal(a, id(1), 9).unwrap();
+    assert_eq!(s.seal(a, id(1), 9), Err(StoreError::AlreadySealed(id(1))));
+    assert!(s.contains(&id(1)));
+    assert_eq!(s.get(b, id(1)), Some(loc));
+    let info = &s.list()[0];
+    assert_eq!((info.ref_count, info.construct_duration_us), (2, Some(4)));
+    assert_eq!(
+        s.create(b, id(1), 1, 0, 0).unwrap_err(),
+        StoreError::ObjectExists(id(1))
+    );
+    s.release(a, id(1)).unwrap();
+    assert_eq!(s.release(a, id(1)), Err(StoreError::NotHeld(id(1))));
+    assert_eq!(s.delete(id(1)).0, DeleteOutcome::Deferred);
+    assert!(!s.contains(&id(1)));
+    s.release(b, id(1)).unwrap();
+    assert_eq!(s.stats().objects, 0);
+    assert_eq!(s.stats().used, 0);
+    assert_eq!(s.delete(id(1)).0, DeleteOutcome::NotFound);
+}
+
+#[test]
+fn seal_wakes_watchers_and_tells_subscribers() {
+    let mut s = Store::new(1 << 20);
+    let (a, w, sub) = (s.connect(), s.connect(), s.connect());
+    s.subscribe(sub);
+    s.watch(w, id(3));
+    s.create(a, id(3), 8, 0, 0).unwrap();
+    let fx = s.seal(a, id(3), 0).unwrap();
+    assert_eq!(fx.notices[0], (w, Notice::Sealed(id(3))));
+    assert!(matches!(
+        fx.notices[1],
+        (c, Notice::Event(Event { kind: EventKind::Sealed, data_size: 8, .. })) if c == sub
+    ));
+    // The watch is consumed by the seal.
+    s.release(a, id(3)).unwrap();
+    let fx = s.delete(id(3)).1;
+    assert_eq!(fx.notices.len(), 1);
+    assert!(matches!(fx.notices[0].1, Notice::Event(Event { kind: EventKind::Deleted, .. })));
+}
+
+#[test]
+fn eviction_is_lru_by_release_and_only_as_much_as_needed() {
+    let mut s = Store::new(64 * 10);
+    let c = s.connect();
+    for n in 1..=5 {
+        sealed(&mut s, c, n, 128);
+    }
+    // Touch 1 so that it becomes the most recently released.
+    s.get(c, id(1)).unwrap();
+    s.release(c, id(1)).unwrap();
+    // 10 slots, 10 used: a 2-slot create must evict exactly one object: 2.
+    s.create(c, id(9), 128, 0, 0).unwrap();
+    assert!(!s.contains(&id(2)));
+    for n in [1, 3, 4, 5] {
+        assert!(s.contains(&id(n)), "{n} evicted needlessly");
+    }
+    assert_eq!(s.stats().evictions, 1);
+    // Explicit evict takes the next in order: 3, then 4.
+    let (freed, count, _) = s.evict(129);
+    assert_eq!((freed, count), (256, 2));
+    assert!(!s.contains(&id(3)) && !s.contains(&id(4)) && s.contains(&id(1)));
+}
+
+#[test]
+fn referenced_and_unsealed_objects_are_never_evicted() {
+    let mut s = Store::new(64 * 4);
+    let c = s.connect();
+    s.create(c, id(1), 64, 0, 0).unwrap(); // unsealed
+    s.create(c, id(2), 64, 0, 0).unwrap();
+    s.seal(c, id(2), 0).unwrap(); // sealed, still referenced by its creator
+    s.create(c, id(3), 128, 0, 0).unwrap();
+    let err = s.create(c, id(4), 64, 0, 0).unwrap_err();
+    assert!(matches!(err, StoreError::StoreFull { requested: 64, free: 0, evictable: 0, .. }));
+    assert_eq!(s.stats().objects, 3);
+    assert_eq!(s.evict(1 << 20).1, 0);
+}
+
+#[test]
+fn an_object_as_large_as_the_store_fits_and_larger_does_not() {
+    let mut s = Store::new(1 << 16);
+    let c = s.connect();
+    s.create(c, id(1), 1 << 16, 0, 0).unwrap();
+    s.abort(c, id(1)).unwrap();
+    assert!(matches!(
+        s.create(c, id(1), (1 << 16) + 1, 0, 0),
+        Err(StoreError::StoreFull { .. })
+    ));
+}
+
+#[test]
+fn disconnect_aborts_creations_and_drops_references() {
+    let mut s = Store::new(1 << 20);
+    let (a, b) = (s.connect(), s.connect());
+    sealed(&mut s, a, 1, 1000);
+    s.get(b, id(1)).unwrap();
+    s.get(b, id(1)).unwrap();
+    s.create(b, id(2), 5000, 0, 0).unwrap();
+    s.watch(b, id(7));
+    s.delete(id(1));
+    s.disconnect(b);
+    let st = s.stats();
+    assert_eq!((st.objects, st.used, st.clients), (0, 0, 1));
+    // A later seal of a watched id notifies nobody.
+    s.create(a, id(7), 1, 0, 0).unwrap();
+    assert!(s.seal(a, id(7), 0).unwrap().notices.is_empty());
+}
+
+#[test]
+fn abort_frees_and_allows_recreate() {
+    let mut s = Store::new(1 << 20);
+    let c = s.connect();
+    s.create(c, id(1), 1000, 0, 0).unwrap();
+    s.abort(c, id(1)).unwrap();
+    assert_eq!(s.stats().used, 0);
+    s.create(c, id(1), 1000, 0, 0).unwrap();
+    s.seal(c, id(1), 0).unwrap();
+    assert_eq!(s.abort(c, id(1)), Err(StoreError::AlreadySealed(id(1))));
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create(u8, u8, u16),
+    Seal(u8, u8),
+    Abort(u8, u8),
+    Get(u8, u8),
+    Release(u8, u8),
+    Delete(u8),
+    Evict(u16),
+    Disconnect(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let c = 0u8..3;
+    let o = 0u8..12;
+    prop_oneof![
+        (c.clone(), o.clone(), 0u16..3000).prop_map(|(c, o, s)| Op::Create(c, o, s)),
+        (c.clone(), o.clone()).prop_map(|(c, o)| Op::Seal(c, o)),
+        (c.clone(), o.clone()).prop_map(|(c, o)| Op::Abort(c, o)),
+        (c.clone(), o.clone()).prop_map(|(c, o)| Op::Get(c, o)),
+        (c.clone(), o.clone()).prop_map(|(c, o)| Op::Release(c, o)),
+        o.prop_map(Op::Delete),
+        (0u16..5000).prop_map(Op::Evict),
+        c.prop_map(Op::Disconnect),
+    ]
+}
+
+proptest! {
+    /// Whatever clients do, memory accounting stays exact, referenced objects
+    /// survive, and when everyone leaves and everything is deleted, nothing
+    /// is left.
+    #[test]
+    fn accounting_survives_any_sequence(ops in proptest::collection::vec(op(), 1..300)) {
+        let mut s = Store::new(16 * 1024);
+        let mut clients: Vec<ClientId> = (0..3).map(|_| s.connect()).collect();
+        for op in ops {
+            match op {
+                Op::Create(c, o, n) => { let _ = s.create(clients[c as usize], id(o), n as u64, 3, 0); }
+                Op::Seal(c, o) => { let _ = s.seal(clients[c as usize], id(o), 0); }
+                Op::Abort(c, o) => { let _ = s.abort(clients[c as usize], id(o)); }
+                Op::Get(c, o) => { let _ = s.get(clients[c as usize], id(o)); }
+                Op::Release(c, o) => { let _ = s.release(clients[c as usize], id(o)); }
+                Op::Delete(o) => { let _ = s.delete(id(o)); }
+                Op::Evict(n) => { let _ = s.evict(n as u64); }
+                Op::Disconnect(c) => {
+                    s.disconnect(clients[c as usize]);
+                    clients[c as usize] = s.connect();
+                }
+            }
+            let list = s.list();
+            let held: u64 = list.iter().map(|i| ferroplasma_protocol::layout::allocation_size(
+                i.location.data_size, i.location.metadata_size)).sum();
+            prop_assert_eq!(s.stats().used, held);
+            for i in &list {
+                if let ObjectState::Created { creator } = i.state {
+                    prop_assert!(clients.contains(&creator), "orphaned unsealed object");
+                }
+            }
+        }
+        for c in clients { s.disconnect(c); }
+        for i in s.list() { s.delete(i.id); }
+        prop_assert_eq!(s.stats().used, 0);
+        prop_assert_eq!(s.stats().objects, 0);
+    }
+}
