@@ -10,7 +10,7 @@ pub const ALIGNMENT: u64 = 64;
 pub const fn align_up(n: u64) -> u64 {
     match n.checked_add(ALIGNMENT - 1) {
         Some(v) => v & !(ALIGNMENT - 1),
-        None => u64::MAX & !(ALIGNMENT - 1),
+        None => !(ALIGNMENT - 1),
     }
 }
 

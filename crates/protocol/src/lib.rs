@@ -4,11 +4,11 @@
 //! Rust rendering, with no I/O policy of its own.
 //!
 //! Module map:
-//! - [`pb`]: the protobuf messages generated from `proto/ferroplasma/store/v1/store.proto`.
-//! - [`id`]: [`ObjectId`], the 20-byte object identifier.
-//! - [`frame`]: length-prefixed framing, limits, blocking frame read/write helpers.
-//! - [`layout`]: where data and metadata lie inside an allocation (64-byte alignment).
-//! - [`error`]: [`ProtocolError`], this crate's error type.
+//! - [`pb`] — the protobuf messages generated from `proto/ferroplasma/store/v1/store.proto`.
+//! - [`id`] — [`ObjectId`], the 20-byte object identifier.
+//! - [`frame`] — length-prefixed framing, limits, blocking frame read/write helpers.
+//! - [`layout`] — where data and metadata lie inside an allocation (64-byte alignment).
+//! - [`error`] — [`ProtocolError`], this crate's error type.
 
 pub mod error;
 pub mod frame;

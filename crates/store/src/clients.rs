@@ -14,4 +14,3 @@ pub(crate) struct ClientState {
     /// Objects this client waits to see sealed.
     pub watching: HashSet<ObjectId>,
 }
-

@@ -3,14 +3,14 @@
 //! requests (and the time) and delivers the [`Effects`] it returns.
 //!
 //! Module map:
-//! - [`store`]: [`Store`], the state machine and its operations.
-//! - [`allocator`]: best-fit, 64-byte-aligned, coalescing range allocator.
-//! - [`object`]: object entries, [`Location`], [`ObjectInfo`], [`ObjectState`].
-//! - [`events`]: [`Effects`], [`Notice`] and subscription [`Event`]s.
-//! - [`stats`]: [`Stats`].
-//! - [`error`]: [`StoreError`].
-//! - `lru`: the eviction queue (least recently released first).
-//! - `clients`: per-client references, creations and waits.
+//! - [`store`] — [`Store`], the state machine and its operations.
+//! - [`allocator`] — best-fit, 64-byte-aligned, coalescing range allocator.
+//! - [`object`] — object entries, [`Location`], [`ObjectInfo`], [`ObjectState`].
+//! - [`events`] — [`Effects`], [`Notice`] and subscription [`Event`]s.
+//! - [`stats`] — [`Stats`].
+//! - [`error`] — [`StoreError`].
+//! - `lru` — the eviction queue (least recently released first).
+//! - `clients` — per-client references, creations and waits.
 
 pub mod allocator;
 mod clients;

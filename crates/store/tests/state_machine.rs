@@ -62,7 +62,13 @@ fn seal_wakes_watchers_and_tells_subscribers() {
     s.release(a, id(3)).unwrap();
     let fx = s.delete(id(3)).1;
     assert_eq!(fx.notices.len(), 1);
-    assert!(matches!(fx.notices[0].1, Notice::Event(Event { kind: EventKind::Deleted, .. })));
+    assert!(matches!(
+        fx.notices[0].1,
+        Notice::Event(Event {
+            kind: EventKind::Deleted,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -97,7 +103,15 @@ fn referenced_and_unsealed_objects_are_never_evicted() {
     s.seal(c, id(2), 0).unwrap(); // sealed, still referenced by its creator
     s.create(c, id(3), 128, 0, 0).unwrap();
     let err = s.create(c, id(4), 64, 0, 0).unwrap_err();
-    assert!(matches!(err, StoreError::StoreFull { requested: 64, free: 0, evictable: 0, .. }));
+    assert!(matches!(
+        err,
+        StoreError::StoreFull {
+            requested: 64,
+            free: 0,
+            evictable: 0,
+            ..
+        }
+    ));
     assert_eq!(s.stats().objects, 3);
     assert_eq!(s.evict(1 << 20).1, 0);
 }

@@ -1,0 +1,474 @@
+//! [`Client`]: the blocking API over one connection to a store.
+
+use crate::buffer::{Mapping, MutableBuffer, ObjectBuffer};
+use crate::connection::Conn;
+use crate::error::{ClientError, Result};
+use crate::subscription::Subscription;
+use ferroplasma_protocol::layout::metadata_offset;
+use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_protocol::ObjectId;
+use memmap2::MmapOptions;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+pub use pb::StatsReply as Stats;
+
+/// Outcome of deleting one id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteStatus {
+    /// Freed now.
+    Deleted,
+    /// Referenced or unsealed; freed when the last reference goes.
+    Deferred,
+    /// No such object.
+    NotFound,
+}
+
+/// One row of [`Client::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The id.
+    pub id: ObjectId,
+    /// Data bytes.
+    pub data_size: u64,
+    /// Metadata bytes.
+    pub metadata_size: u64,
+    /// References held, over all clients.
+    pub ref_count: u64,
+    /// True once sealed.
+    pub sealed: bool,
+    /// Unix time of the create, µs.
+    pub create_time_us: i64,
+    /// µs from create to seal; `None` while unsealed.
+    pub construct_duration_us: Option<i64>,
+    /// A delete waits for the last reference to go.
+    pub delete_pending: bool,
+}
+
+/// Shared by a client and every buffer it handed out.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    conn: Mutex<Conn>,
+    mapping: Mapping,
+    pid: u32,
+    capacity: u64,
+    max_inline: u64,
+    socket: PathBuf,
+    /// References this process holds, per object.
+    held: Mutex<HashMap<ObjectId, u64>>,
+    /// Releases that could not take the connection at once; sent with the
+    /// next request, as one message.
+    deferred_releases: Mutex<Vec<ObjectId>>,
+}
+
+/// A connection to a store. Cheap to clone; clones share the connection, and
+/// every method may be called from any thread.
+///
+/// ```no_run
+/// use ferroplasma_client::{Client, ObjectId};
+/// let client = Client::connect(None)?;
+/// let id = ObjectId::random();
+/// client.put(id, b"hello", b"")?;
+/// let got = client.get(&[id], None)?;
+/// assert_eq!(got[0].as_ref().unwrap().data(), b"hello");
+/// # Ok::<(), ferroplasma_client::ClientError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl Client {
+    /// Connects to the store at `socket` (default: `$FERROPLASMA_SOCKET`,
+    /// else `/tmp/ferroplasma.sock`) and maps its memory.
+    pub fn connect(socket: Option<&Path>) -> Result<Self> {
+        let path = ferroplasma_protocol::default_socket_path(socket);
+        let name = format!("rust pid {}", std::process::id());
+        let hs = Conn::open(&path, &name)?;
+        let arena = hs
+            .reply
+            .arenas
+            .first()
+            .ok_or_else(|| ClientError::Protocol("the store announced no arena".into()))?;
+        let fd =
+            hs.fds.into_iter().next().ok_or_else(|| {
+                ClientError::Protocol("the store sent no arena descriptor".into())
+            })?;
+        let file = File::from(fd);
+        // The descriptor is a memfd or an unlinked file owned by the store; it
+        // is never truncated while the store runs, so the mapped range stays
+        // backed (see the Safety notes in `buffer`).
+        let map = MmapOptions::new()
+            .len(arena.size as usize)
+            .map_raw(&file)
+            .map_err(|e| ClientError::Protocol(format!("cannot map the store's memory: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(hs.conn),
+                mapping: Mapping::new(map),
+                pid: std::process::id(),
+                capacity: hs.reply.capacity,
+                max_inline: hs.reply.max_inline_size,
+                socket: path,
+                held: Mutex::new(HashMap::new()),
+                deferred_releases: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// Bytes the store manages.
+    pub fn capacity(&self) -> u64 {
+        self.inner.capacity
+    }
+
+    /// The socket this client is connected to.
+    pub fn socket(&self) -> &Path {
+        &self.inner.socket
+    }
+
+    /// Creates an object of `data_size` bytes with `metadata`, and returns its
+    /// data area to fill. The creator holds a reference: after
+    /// [`Client::seal`], call [`Client::release`] (or use [`Client::put`]).
+    pub fn create(&self, id: ObjectId, data_size: u64, metadata: &[u8]) -> Result<MutableBuffer> {
+        let body = self.call(request::Body::Create(pb::Create {
+            object_id: id.0.to_vec(),
+            data_size,
+            metadata: metadata.to_vec(),
+        }))?;
+        let reply::Body::Create(c) = body else {
+            return Err(unexpected("Create", &body));
+        };
+        let loc = c
+            .location
+            .ok_or_else(|| ClientError::Protocol("Create reply without location".into()))?;
+        let ptr = self.inner.checked_ptr(loc.offset, loc.data_size)?;
+        self.inner.add_held(id);
+        Ok(MutableBuffer {
+            _inner: self.inner.clone(),
+            id,
+            data: ptr,
+            data_len: loc.data_size as usize,
+        })
+    }
+
+    /// Makes a created object immutable and visible to every client.
+    pub fn seal(&self, id: ObjectId) -> Result<()> {
+        self.call(request::Body::Seal(pb::Seal {
+            object_id: id.0.to_vec(),
+        }))
+        .map(drop)
+    }
+
+    /// Discards an object this client created and has not sealed.
+    pub fn abort(&self, id: ObjectId) -> Result<()> {
+        self.call(request::Body::Abort(pb::Abort {
+            object_id: id.0.to_vec(),
+        }))?;
+        self.inner.take_held(id);
+        Ok(())
+    }
+
+    /// Creates, fills and seals a small object in one message (no reference
+    /// is kept). Objects over the store's inline limit (8 MiB) are refused:
+    /// use [`Client::put`].
+    pub fn create_and_seal(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
+        self.call(request::Body::CreateAndSeal(pb::CreateAndSeal {
+            object_id: id.0.to_vec(),
+            data: data.to_vec(),
+            metadata: metadata.to_vec(),
+        }))
+        .map(drop)
+    }
+
+    /// Stores `data` and `metadata` under `id`: inline for small objects,
+    /// create + copy + seal + release for large ones.
+    pub fn put(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
+        if (data.len() as u64) <= self.inner.max_inline.min(64 * 1024) {
+            return self.create_and_seal(id, data, metadata);
+        }
+        let mut buf = self.create(id, data.len() as u64, metadata)?;
+        buf.as_mut_slice().copy_from_slice(data);
+        if let Err(e) = self.seal(id) {
+            let _ = self.abort(id);
+            return Err(e);
+        }
+        self.release(id)
+    }
+
+    /// Gets sealed objects, waiting up to `timeout` (`None`: forever,
+    /// zero: don't wait) for those not sealed yet. Each entry is `None` if
+    /// its object did not appear in time. Each buffer holds a reference,
+    /// released when it is dropped.
+    pub fn get(
+        &self,
+        ids: &[ObjectId],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<Option<ObjectBuffer>>> {
+        let timeout_ms = match timeout {
+            None => -1,
+            Some(d) => d.as_millis().min(i64::MAX as u128) as i64,
+        };
+        let body = self.call(request::Body::Get(pb::Get {
+            object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+            timeout_ms,
+        }))?;
+        let reply::Body::Get(g) = body else {
+            return Err(unexpected("Get", &body));
+        };
+        if g.results.len() != ids.len() {
+            return Err(ClientError::Protocol(format!(
+                "asked for {} objects, got {} results",
+                ids.len(),
+                g.results.len()
+            )));
+        }
+        let mut out = Vec::with_capacity(ids.len());
+        // Take ownership of every reference first, so that an error below
+        // still releases them (through the buffers' Drop).
+        {
+            let mut held = self.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+            for (id, r) in ids.iter().zip(&g.results) {
+                if r.location.is_some() {
+                    *held.entry(*id).or_insert(0) += 1;
+                }
+            }
+        }
+        let mut error = None;
+        for (id, r) in ids.iter().zip(g.results) {
+            let Some(loc) = r.location else {
+                out.push(None);
+                continue;
+            };
+            let data = self.inner.checked_ptr(loc.offset, loc.data_size);
+            let meta = self.inner.checked_ptr(
+                loc.offset + metadata_offset(loc.data_size),
+                loc.metadata_size,
+            );
+            match (data, meta) {
+                (Ok(d), Ok(m)) => out.push(Some(ObjectBuffer {
+                    inner: self.inner.clone(),
+                    id: *id,
+                    data: d,
+                    data_len: loc.data_size as usize,
+                    meta: m,
+                    meta_len: loc.metadata_size as usize,
+                })),
+                (Err(e), _) | (_, Err(e)) => {
+                    self.inner.release_quietly(*id);
+                    error.get_or_insert(e);
+                    out.push(None);
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Drops one reference this client holds to `id` (taken by `create`).
+    /// Buffers from [`Client::get`] release themselves when dropped.
+    /// Never waits for the store.
+    pub fn release(&self, id: ObjectId) -> Result<()> {
+        self.inner.check_pid()?;
+        if !self.inner.take_held(id) {
+            return Err(ClientError::NotHeld(id));
+        }
+        self.inner.send_release(id)
+    }
+
+    /// Whether each object is sealed in the store.
+    pub fn contains(&self, ids: &[ObjectId]) -> Result<Vec<bool>> {
+        let body = self.call(request::Body::Contains(pb::Contains {
+            object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+        }))?;
+        match body {
+            reply::Body::Contains(c) if c.present.len() == ids.len() => Ok(c.present),
+            other => Err(unexpected("Contains", &other)),
+        }
+    }
+
+    /// Deletes objects: at once when unreferenced, else when the last
+    /// reference goes.
+    pub fn delete(&self, ids: &[ObjectId]) -> Result<Vec<DeleteStatus>> {
+        let body = self.call(request::Body::Delete(pb::Delete {
+            object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+        }))?;
+        match body {
+            reply::Body::Delete(d) if d.status.len() == ids.len() => Ok(d
+                .status
+                .into_iter()
+                .map(|s| match pb::DeleteStatus::try_from(s) {
+                    Ok(pb::DeleteStatus::Deleted) => DeleteStatus::Deleted,
+                    Ok(pb::DeleteStatus::Deferred) => DeleteStatus::Deferred,
+                    _ => DeleteStatus::NotFound,
+                })
+                .collect()),
+            other => Err(unexpected("Delete", &other)),
+        }
+    }
+
+    /// Every object in the store.
+    pub fn list(&self) -> Result<Vec<ObjectInfo>> {
+        let body = self.call(request::Body::List(pb::List {}))?;
+        let reply::Body::List(l) = body else {
+            return Err(unexpected("List", &body));
+        };
+        l.objects
+            .into_iter()
+            .map(|o| {
+                Ok(ObjectInfo {
+                    id: ObjectId::from_slice(&o.object_id)
+                        .map_err(|e| ClientError::Protocol(e.to_string()))?,
+                    data_size: o.data_size,
+                    metadata_size: o.metadata_size,
+                    ref_count: o.ref_count,
+                    sealed: o.state == pb::ObjectState::Sealed as i32,
+                    create_time_us: o.create_time_us,
+                    construct_duration_us: (o.construct_duration_us >= 0)
+                        .then_some(o.construct_duration_us),
+                    delete_pending: o.delete_pending,
+                })
+            })
+            .collect()
+    }
+
+    /// Evicts least recently used, unreferenced objects until at least
+    /// `num_bytes` are freed. Returns `(bytes freed, objects evicted)`.
+    pub fn evict(&self, num_bytes: u64) -> Result<(u64, u64)> {
+        match self.call(request::Body::Evict(pb::Evict { num_bytes }))? {
+            reply::Body::Evict(e) => Ok((e.freed_bytes, e.objects_evicted)),
+            other => Err(unexpected("Evict", &other)),
+        }
+    }
+
+    /// The store's counters and memory figures.
+    pub fn stats(&self) -> Result<Stats> {
+        match self.call(request::Body::Stats(pb::Stats {}))? {
+            reply::Body::Stats(s) => Ok(s),
+            other => Err(unexpected("Stats", &other)),
+        }
+    }
+
+    /// Opens a stream of seal and delete events (on a connection of its own).
+    pub fn subscribe(&self) -> Result<Subscription> {
+        self.inner.check_pid()?;
+        Subscription::open(&self.inner.socket)
+    }
+
+    /// Sends a request and waits for its reply.
+    fn call(&self, body: request::Body) -> Result<reply::Body> {
+        self.inner.check_pid()?;
+        let mut conn = self.inner.lock_conn();
+        self.inner.queue_deferred_releases(&mut conn);
+        let r = conn.call(body);
+        // Releases that arrived while we waited go out now.
+        self.inner.queue_deferred_releases(&mut conn);
+        let _ = conn.flush();
+        r
+    }
+}
+
+impl Inner {
+    fn lock_conn(&self) -> MutexGuard<'_, Conn> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_pid(&self) -> Result<()> {
+        if std::process::id() != self.pid {
+            return Err(ClientError::Forked { parent: self.pid });
+        }
+        Ok(())
+    }
+
+    fn checked_ptr(&self, offset: u64, len: u64) -> Result<*mut u8> {
+        self.mapping.ptr(offset, len).ok_or_else(|| {
+            ClientError::Protocol(format!(
+                "the store pointed at bytes {offset}..{} outside its {}-byte arena",
+                offset.saturating_add(len),
+                self.mapping.len()
+            ))
+        })
+    }
+
+    fn add_held(&self, id: ObjectId) {
+        *self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_insert(0) += 1;
+    }
+
+    /// Decrements the local count; false if the client held none.
+    fn take_held(&self, id: ObjectId) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        match held.get_mut(&id) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                true
+            }
+            Some(_) => {
+                held.remove(&id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sends a Release now if the connection is free, else defers it to the
+    /// next request (so a release never waits behind a blocking get).
+    fn send_release(&self, id: ObjectId) -> Result<()> {
+        match self.conn.try_lock() {
+            Ok(mut conn) => {
+                self.queue_deferred_releases(&mut conn);
+                conn.queue(request::Body::Release(pb::Release {
+                    object_ids: vec![id.0.to_vec()],
+                }));
+                conn.flush()
+            }
+            Err(_) => {
+                self.deferred_releases
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(id);
+                // The holder may have finished meanwhile: try once more, so
+                // the release does not wait for the next request.
+                if let Ok(mut conn) = self.conn.try_lock() {
+                    self.queue_deferred_releases(&mut conn);
+                    conn.flush()?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn queue_deferred_releases(&self, conn: &mut Conn) {
+        let ids = std::mem::take(
+            &mut *self
+                .deferred_releases
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        if !ids.is_empty() {
+            conn.queue(request::Body::Release(pb::Release {
+                object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+            }));
+        }
+    }
+
+    /// Release from a buffer's Drop: errors are dropped (after a fork, or
+    /// when the store is gone, there is nobody to tell).
+    pub(crate) fn release_quietly(&self, id: ObjectId) {
+        if self.check_pid().is_ok() && self.take_held(id) {
+            let _ = self.send_release(id);
+        }
+    }
+}
+
+fn unexpected(what: &str, got: &reply::Body) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply to {what}: {got:?}"))
+}

@@ -1,0 +1,104 @@
+//! The client's error type: store refusals by kind, plus local failures.
+
+use ferroplasma_protocol::{pb, ObjectId, ProtocolError};
+use std::path::PathBuf;
+
+/// Everything a client call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answers on the socket.
+    #[error(
+        "no ferroplasma store at {path}: {source}. Start one with `ferroplasma store` \
+         (or `make run`), or point FERROPLASMA_SOCKET at a running store"
+    )]
+    StoreUnavailable {
+        /// The socket tried.
+        path: PathBuf,
+        /// Why connecting failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The id is taken.
+    #[error("{message}")]
+    ObjectExists {
+        /// The store's message.
+        message: String,
+        /// The id.
+        id: Option<ObjectId>,
+    },
+    /// No such object.
+    #[error("{message}")]
+    ObjectNotFound {
+        /// The store's message.
+        message: String,
+        /// The id.
+        id: Option<ObjectId>,
+    },
+    /// Not enough memory, even after eviction.
+    #[error("{0}")]
+    StoreFull(String),
+    /// Seal/abort of an object another client created, or already sealed.
+    #[error("{0}")]
+    InvalidState(String),
+    /// A size or count over the store's limits.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The request was malformed (e.g. an id that is not 20 bytes).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// Client and store speak different protocol versions.
+    #[error("{0}")]
+    VersionMismatch(String),
+    /// The peer broke the protocol (or sent something this client cannot read).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Release of an object this client holds no reference to.
+    #[error("this client holds no reference to object {0}")]
+    NotHeld(ObjectId),
+    /// The client was created in a parent process; its socket belongs there.
+    #[error(
+        "this client was connected in process {parent}, before a fork; \
+         connect a new client in this process"
+    )]
+    Forked {
+        /// The pid that connected.
+        parent: u32,
+    },
+    /// The connection to the store broke.
+    #[error("lost the connection to the store: {0}")]
+    Disconnected(#[source] std::io::Error),
+}
+
+impl From<ProtocolError> for ClientError {
+    fn from(e: ProtocolError) -> Self {
+        match e {
+            ProtocolError::Io(io) => ClientError::Disconnected(io),
+            ProtocolError::Closed => ClientError::Disconnected(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the store closed the connection",
+            )),
+            other => ClientError::Protocol(other.to_string()),
+        }
+    }
+}
+
+impl From<pb::Error> for ClientError {
+    fn from(e: pb::Error) -> Self {
+        use pb::ErrorCode as C;
+        let id = ObjectId::from_slice(&e.object_id).ok();
+        let m = e.message;
+        match C::try_from(e.code).unwrap_or(C::Unspecified) {
+            C::ObjectExists => ClientError::ObjectExists { message: m, id },
+            C::ObjectNotFound => ClientError::ObjectNotFound { message: m, id },
+            C::StoreFull => ClientError::StoreFull(m),
+            C::NotCreator | C::AlreadySealed => ClientError::InvalidState(m),
+            C::TooLarge => ClientError::TooLarge(m),
+            C::InvalidRequest => ClientError::InvalidRequest(m),
+            C::VersionMismatch => ClientError::VersionMismatch(m),
+            C::ProtocolViolation | C::Unspecified => ClientError::Protocol(m),
+        }
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;

@@ -1,0 +1,26 @@
+//! Blocking Rust client for the ferroplasma object store.
+//!
+//! A [`Client`] connects to a store's Unix socket, receives the store's
+//! shared memory once (as a file descriptor) and maps it; afterwards every
+//! request carries only ids and offsets, and object bytes are read and
+//! written in place, without copies.
+//!
+//! Module map:
+//! - [`client`] — [`Client`] and its operations; [`ObjectInfo`], [`DeleteStatus`], [`Stats`].
+//! - [`buffer`] — [`ObjectBuffer`] (sealed, read-only, releases on drop) and
+//!   [`MutableBuffer`] (being created).
+//! - [`subscription`] — [`Subscription`], a stream of seal/delete [`Event`]s.
+//! - [`error`] — [`ClientError`].
+//! - `connection` — the socket, handshake and request/reply framing.
+
+pub mod buffer;
+pub mod client;
+mod connection;
+pub mod error;
+pub mod subscription;
+
+pub use buffer::{MutableBuffer, ObjectBuffer};
+pub use client::{Client, DeleteStatus, ObjectInfo, Stats};
+pub use error::{ClientError, Result};
+pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
+pub use subscription::{Event, EventKind, Subscription};

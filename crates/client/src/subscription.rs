@@ -1,0 +1,120 @@
+//! A stream of seal and delete events on a connection of its own.
+
+use crate::connection::Conn;
+use crate::error::{ClientError, Result};
+use ferroplasma_protocol::frame::{read_message, MAX_REPLY_FRAME};
+use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_protocol::ObjectId;
+use std::path::Path;
+use std::time::Duration;
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// It was sealed.
+    Sealed,
+    /// It was deleted or evicted.
+    Deleted,
+}
+
+/// A subscription event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// Sealed or deleted.
+    pub kind: EventKind,
+    /// The object.
+    pub id: ObjectId,
+    /// Data bytes (0 for deletions).
+    pub data_size: u64,
+    /// Metadata bytes (0 for deletions).
+    pub metadata_size: u64,
+}
+
+/// Events from the store, in the order they happened.
+#[derive(Debug)]
+pub struct Subscription {
+    conn: Conn,
+}
+
+impl Subscription {
+    pub(crate) fn open(path: &Path) -> Result<Self> {
+        let mut conn = Conn::open(path, "subscription")?.conn;
+        conn.call(request::Body::Subscribe(pb::Subscribe {}))?;
+        Ok(Self { conn })
+    }
+
+    /// Waits for the next event.
+    pub fn next_event(&mut self) -> Result<Event> {
+        self.conn
+            .stream
+            .set_read_timeout(None)
+            .map_err(ClientError::Disconnected)?;
+        self.read()
+    }
+
+    /// Waits up to `timeout` for the next event; `None` if none came.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Event>> {
+        let t = if timeout.is_zero() {
+            Duration::from_nanos(1)
+        } else {
+            timeout
+        };
+        self.conn
+            .stream
+            .set_read_timeout(Some(t))
+            .map_err(ClientError::Disconnected)?;
+        match self.read() {
+            Ok(e) => Ok(Some(e)),
+            Err(ClientError::Disconnected(io))
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The socket, for `poll`/`select` by callers with an event loop.
+    pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.conn.stream.as_raw_fd()
+    }
+
+    fn read(&mut self) -> Result<Event> {
+        loop {
+            let r: pb::Reply = read_message(&mut self.conn.stream, MAX_REPLY_FRAME)?;
+            match r.body {
+                Some(reply::Body::Event(e)) => {
+                    let id = ObjectId::from_slice(&e.object_id)
+                        .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                    let kind = if e.kind == pb::EventKind::DeletedEvent as i32 {
+                        EventKind::Deleted
+                    } else {
+                        EventKind::Sealed
+                    };
+                    return Ok(Event {
+                        kind,
+                        id,
+                        data_size: e.data_size,
+                        metadata_size: e.metadata_size,
+                    });
+                }
+                Some(reply::Body::Error(e)) => return Err(e.into()),
+                _ => continue,
+            }
+        }
+    }
+}
+
+impl Iterator for Subscription {
+    type Item = Result<Event>;
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.next_event() {
+            Err(ClientError::Disconnected(_)) => None,
+            other => Some(other),
+        }
+    }
+}

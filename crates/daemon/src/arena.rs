@@ -1,0 +1,123 @@
+//! The shared-memory arena: one file (an anonymous memfd, or an unlinked file
+//! in a tmpfs/hugetlbfs directory) mapped once by the store and once by each
+//! client, which receives its descriptor over the socket.
+
+use crate::DaemonError;
+use memmap2::MmapRaw;
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+/// Size of a huge page (the default on x86_64).
+pub const HUGE_PAGE: u64 = 2 << 20;
+
+/// A mapped, shareable region of memory.
+#[derive(Debug)]
+pub struct Arena {
+    file: File,
+    map: MmapRaw,
+    size: u64,
+}
+
+impl Arena {
+    /// Creates an arena of `size` bytes (rounded up to the page size in use).
+    pub fn create(size: u64, dir: Option<&Path>, hugepages: bool) -> Result<Self, DaemonError> {
+        let page = if hugepages { HUGE_PAGE } else { 4096 };
+        let size = size.div_ceil(page) * page;
+        let file = match dir {
+            None => memfd(hugepages)?,
+            Some(d) => unlinked_file_in(d)?,
+        };
+        file.set_len(size)
+            .map_err(|e| DaemonError::arena(format!("reserving {size} bytes"), e))?;
+        let map = MmapRaw::map_raw(&file).map_err(|e| {
+            let hint = if hugepages {
+                " (are huge pages reserved? see /proc/sys/vm/nr_hugepages)"
+            } else {
+                ""
+            };
+            DaemonError::arena(format!("mapping {size} bytes{hint}"), e)
+        })?;
+        Ok(Self { file, map, size })
+    }
+
+    /// Bytes in the arena.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The descriptor clients map.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
+    /// Copies `bytes` into the arena at `offset`.
+    ///
+    /// # Panics
+    /// If the range lies outside the arena (the allocator never hands out
+    /// such ranges, so this is a bug, not bad input).
+    pub fn write(&self, offset: u64, bytes: &[u8]) {
+        let end = offset
+            .checked_add(bytes.len() as u64)
+            .expect("offset overflow");
+        assert!(end <= self.size, "write past the arena end");
+        // Safety: the range [offset, end) lies inside the live mapping (checked
+        // above), the source is a distinct Rust slice so the ranges cannot
+        // overlap, and the store only writes to allocations no client can
+        // see yet (before seal), so nobody reads these bytes concurrently.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_mut_ptr().add(offset as usize),
+                bytes.len(),
+            );
+        }
+    }
+
+    /// Touches every page so the kernel backs the whole arena now.
+    pub fn prefault(&self) {
+        let base = self.map.as_mut_ptr();
+        let mut off = 0u64;
+        while off < self.size {
+            // Safety: `off < size`, so the byte is inside the live mapping;
+            // no object exists yet at start, so nobody else uses the memory.
+            // A volatile read+write keeps the compiler from skipping it.
+            unsafe {
+                let p = base.add(off as usize);
+                p.write_volatile(p.read_volatile());
+            }
+            off += 4096;
+        }
+    }
+}
+
+fn memfd(hugepages: bool) -> Result<File, DaemonError> {
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let mut flags = MemFdCreateFlag::MFD_CLOEXEC;
+    if hugepages {
+        flags |= MemFdCreateFlag::MFD_HUGETLB;
+    }
+    let fd: OwnedFd = memfd_create(c"ferroplasma-arena", flags)
+        .map_err(|e| DaemonError::arena("memfd_create", std::io::Error::from(e)))?;
+    Ok(File::from(fd))
+}
+
+fn unlinked_file_in(dir: &Path) -> Result<File, DaemonError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let id = ferroplasma_protocol::ObjectId::random().to_hex();
+    let path = dir.join(format!(
+        "ferroplasma-arena-{}-{}",
+        std::process::id(),
+        &id[..8]
+    ));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| DaemonError::arena(format!("creating {}", path.display()), e))?;
+    std::fs::remove_file(&path)
+        .map_err(|e| DaemonError::arena(format!("unlinking {}", path.display()), e))?;
+    Ok(file)
+}

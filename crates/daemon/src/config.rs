@@ -1,0 +1,151 @@
+//! The store's settings (`ferroplasma store --help`) and their defaults.
+
+use crate::DaemonError;
+use std::path::PathBuf;
+
+/// Default cap on the automatic memory size: 8 GiB.
+pub const DEFAULT_MEMORY_CAP: u64 = 8 << 30;
+
+/// Settings of one store.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreConfig {
+    /// Shared memory to manage, e.g. `512MiB`, `4GiB` or plain bytes.
+    /// Default: half of the free space of /dev/shm, at most 8 GiB.
+    #[arg(short = 'm', long, value_name = "SIZE", value_parser = parse_memory)]
+    pub memory: Option<u64>,
+
+    /// Unix socket to listen on.
+    /// Default: $FERROPLASMA_SOCKET, else /tmp/ferroplasma.sock.
+    #[arg(short = 's', long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Permissions of the socket file, in octal. 0600 lets only this user
+    /// (and root) connect; 0660 adds the group, 0666 everyone.
+    #[arg(long, value_name = "MODE", default_value = "600", value_parser = parse_mode)]
+    pub socket_mode: u32,
+
+    /// Put the arena in a file in DIR (a tmpfs or hugetlbfs mount) instead of
+    /// an anonymous memfd. The file is unlinked at once, so nothing is left
+    /// behind if the store dies.
+    #[arg(short = 'd', long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// Back the arena with 2 MiB huge pages (memfd with MFD_HUGETLB, or a
+    /// hugetlbfs --dir). Needs pages reserved in /proc/sys/vm/nr_hugepages.
+    #[arg(long)]
+    pub hugepages: bool,
+
+    /// Touch every page of the arena at start, so that first writes into
+    /// objects run at memory speed instead of page-fault speed, and the
+    /// memory is really there.
+    #[arg(long)]
+    pub prefault: bool,
+}
+
+impl StoreConfig {
+    /// A config with every default (memory decided at start).
+    pub fn new() -> Self {
+        Self {
+            memory: None,
+            socket: None,
+            socket_mode: 0o600,
+            dir: None,
+            hugepages: false,
+            prefault: false,
+        }
+    }
+
+    /// The socket path in force.
+    pub fn socket_path(&self) -> PathBuf {
+        ferroplasma_protocol::default_socket_path(self.socket.as_deref())
+    }
+
+    /// The memory size in force and a line saying where it came from.
+    pub fn memory_size(&self) -> Result<(u64, String), DaemonError> {
+        if let Some(m) = self.memory {
+            return Ok((m, "from --memory".into()));
+        }
+        let dir = self.dir.clone().unwrap_or_else(|| "/dev/shm".into());
+        let st = nix::sys::statvfs::statvfs(&dir)
+            .map_err(|e| DaemonError::io(format!("statvfs {}", dir.display()), e))?;
+        let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+        let size = (free / 2).min(DEFAULT_MEMORY_CAP);
+        if size < 1 << 20 {
+            return Err(DaemonError::BadSize(format!(
+                "{} has only {free} bytes free; pass --memory",
+                dir.display()
+            )));
+        }
+        Ok((
+            size,
+            format!(
+                "default: half of the {} free in {}, capped at {}",
+                human(free),
+                dir.display(),
+                human(DEFAULT_MEMORY_CAP)
+            ),
+        ))
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Parses `512MiB`, `4GiB`, `1.5 GB`, `1000000`.
+pub fn parse_memory(s: &str) -> Result<u64, String> {
+    let v = parse_size::Config::new()
+        .with_binary()
+        .parse_size(s.trim())
+        .map_err(|e| format!("{e} (try e.g. 512MiB, 4GiB or a number of bytes)"))?;
+    if v < 4096 {
+        return Err(format!(
+            "{v} bytes is too small for a store (at least 4096)"
+        ));
+    }
+    Ok(v)
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let m = u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .map_err(|_| format!("{s:?} is not an octal mode like 600 or 660"))?;
+    if m > 0o777 {
+        return Err(format!("{s} is not a permission mode (at most 777)"));
+    }
+    Ok(m)
+}
+
+/// `1.5 GiB`-style rendering.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_modes() {
+        assert_eq!(parse_memory("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_memory("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_memory("1000000").unwrap(), 1_000_000);
+        assert!(parse_memory("lots").is_err());
+        assert!(parse_memory("12").is_err());
+        assert_eq!(parse_mode("600").unwrap(), 0o600);
+        assert!(parse_mode("999").is_err());
+        assert_eq!(human(3 << 30), "3.0 GiB");
+    }
+}

@@ -1,0 +1,84 @@
+//! Conversions between the state machine's types and the wire messages.
+
+use ferroplasma_protocol::pb;
+use ferroplasma_store::{
+    DeleteOutcome, Event, EventKind, Location, ObjectInfo, ObjectState, Stats, StoreError,
+};
+
+pub fn location(l: Location) -> pb::Location {
+    pb::Location {
+        arena_id: l.arena,
+        offset: l.offset,
+        data_size: l.data_size,
+        metadata_size: l.metadata_size,
+    }
+}
+
+pub fn error(e: &StoreError) -> pb::Error {
+    use pb::ErrorCode as C;
+    let (code, id) = match e {
+        StoreError::ObjectExists(id) => (C::ObjectExists, Some(id)),
+        StoreError::ObjectNotFound(id) => (C::ObjectNotFound, Some(id)),
+        StoreError::StoreFull { .. } => (C::StoreFull, None),
+        StoreError::NotCreator(id) => (C::NotCreator, Some(id)),
+        StoreError::AlreadySealed(id) => (C::AlreadySealed, Some(id)),
+        StoreError::NotHeld(id) => (C::ProtocolViolation, Some(id)),
+    };
+    pb::Error {
+        code: code as i32,
+        message: e.to_string(),
+        object_id: id.map(|i| i.0.to_vec()).unwrap_or_default(),
+    }
+}
+
+pub fn delete_status(d: DeleteOutcome) -> i32 {
+    (match d {
+        DeleteOutcome::Deleted => pb::DeleteStatus::Deleted,
+        DeleteOutcome::Deferred => pb::DeleteStatus::Deferred,
+        DeleteOutcome::NotFound => pb::DeleteStatus::NotFound,
+    }) as i32
+}
+
+pub fn info(i: &ObjectInfo) -> pb::ObjectInfo {
+    pb::ObjectInfo {
+        object_id: i.id.0.to_vec(),
+        data_size: i.location.data_size,
+        metadata_size: i.location.metadata_size,
+        ref_count: i.ref_count,
+        state: match i.state {
+            ObjectState::Created { .. } => pb::ObjectState::Created,
+            ObjectState::Sealed => pb::ObjectState::Sealed,
+        } as i32,
+        create_time_us: i.create_time_us,
+        construct_duration_us: i.construct_duration_us.unwrap_or(-1),
+        delete_pending: i.delete_pending,
+    }
+}
+
+pub fn event(e: &Event) -> pb::Event {
+    pb::Event {
+        kind: match e.kind {
+            EventKind::Sealed => pb::EventKind::SealedEvent,
+            EventKind::Deleted => pb::EventKind::DeletedEvent,
+        } as i32,
+        object_id: e.id.0.to_vec(),
+        data_size: e.data_size,
+        metadata_size: e.metadata_size,
+    }
+}
+
+pub fn stats(s: &Stats) -> pb::StatsReply {
+    pb::StatsReply {
+        capacity: s.capacity,
+        used: s.used,
+        objects: s.objects,
+        sealed_objects: s.sealed_objects,
+        clients: s.clients,
+        evictions: s.evictions,
+        evicted_bytes: s.evicted_bytes,
+        largest_free_block: s.largest_free_block,
+        free_blocks: s.free_blocks,
+        fragmentation: s.fragmentation,
+        referenced_objects: s.referenced_objects,
+    }
+}

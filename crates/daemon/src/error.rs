@@ -1,0 +1,53 @@
+//! The daemon's error type: why a store could not start or stopped.
+
+use std::path::PathBuf;
+
+/// Why the store could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// Another store answers on the socket path.
+    #[error(
+        "a ferroplasma store is already running on {0}; stop it first, or pass another --socket"
+    )]
+    AlreadyRunning(PathBuf),
+    /// The socket path exists and is not a socket.
+    #[error("{0} exists and is not a socket; remove it or pass another --socket")]
+    NotASocket(PathBuf),
+    /// A size that cannot be used for the arena.
+    #[error("invalid memory size: {0}")]
+    BadSize(String),
+    /// Creating or mapping the shared memory failed.
+    #[error("cannot create the shared-memory arena ({what}): {source}")]
+    Arena {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Any other I/O error (socket, runtime).
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl DaemonError {
+    pub(crate) fn io(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
+        Self::Io {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn arena(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
+        Self::Arena {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+}

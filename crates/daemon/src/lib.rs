@@ -1,0 +1,28 @@
+//! The ferroplasma store daemon: owns the shared memory and the object table
+//! and serves clients over a Unix socket. The binary `ferroplasma` wraps it;
+//! the Python package links it so `pip install` alone can start a store.
+//!
+//! Module map:
+//! - [`server`] — [`run`] / [`serve`]: arena, socket, accept loop, signals.
+//! - [`config`] — [`StoreConfig`], the `ferroplasma store` flags and defaults.
+//! - `connection` — one client: handshake, requests, parked gets, events.
+//! - `shared` — the state machine behind a mutex plus per-client notice queues.
+//! - [`arena`] — the memfd/file-backed mapping handed to clients.
+//! - `listener` — socket creation, stale-socket and live-store detection.
+//! - `fdpass` — SCM_RIGHTS on a tokio socket.
+//! - `convert` — state machine types to wire messages.
+//! - [`error`] — [`DaemonError`].
+
+pub mod arena;
+pub mod config;
+mod connection;
+mod convert;
+pub mod error;
+mod fdpass;
+mod listener;
+pub mod server;
+mod shared;
+
+pub use config::StoreConfig;
+pub use error::DaemonError;
+pub use server::{run, serve};

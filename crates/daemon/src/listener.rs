@@ -1,0 +1,69 @@
+//! The store's Unix socket: refuse to start over a live store, replace a
+//! stale socket file, create it with restricted permissions, remove it at exit.
+
+use crate::DaemonError;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Removes the socket file when dropped, if it is still the one we made.
+#[derive(Debug)]
+pub struct SocketGuard {
+    path: PathBuf,
+    ino: u64,
+}
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        if std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Binds a listening socket at `path` with permissions `mode`.
+pub fn bind(
+    path: &Path,
+    mode: u32,
+) -> Result<(std::os::unix::net::UnixListener, SocketGuard), DaemonError> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(DaemonError::NotASocket(path.to_path_buf()));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(DaemonError::AlreadyRunning(path.to_path_buf()));
+        }
+        tracing::info!(path = %path.display(), "replacing a stale socket file");
+        std::fs::remove_file(path)
+            .map_err(|e| DaemonError::io(format!("removing stale {}", path.display()), e))?;
+    }
+    if let Some(parent) = path.parent() {
+        if !parent.as_os_str().is_empty() && !parent.exists() {
+            return Err(DaemonError::io(
+                format!("socket directory {}", parent.display()),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
+        }
+    }
+    // Create the file with no permissions for others from the start (umask),
+    // then set the requested mode: there is no window where others could
+    // connect.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound.map_err(|e| DaemonError::io(format!("binding {}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| DaemonError::io(format!("chmod {}", path.display()), e))?;
+    let ino = std::fs::metadata(path)
+        .map_err(|e| DaemonError::io(format!("stat {}", path.display()), e))?
+        .ino();
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| DaemonError::io("set_nonblocking", e))?;
+    Ok((
+        listener,
+        SocketGuard {
+            path: path.to_path_buf(),
+            ino,
+        },
+    ))
+}

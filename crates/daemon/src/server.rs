@@ -1,0 +1,63 @@
+//! Starting and running a store: arena, socket, accept loop, signals.
+
+use crate::arena::Arena;
+use crate::config::{human, StoreConfig};
+use crate::shared::SharedRef;
+use crate::{connection, listener, DaemonError};
+use ferroplasma_store::Store;
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Runs a store until SIGTERM or SIGINT, on a runtime of its own.
+pub fn run(config: StoreConfig) -> Result<(), DaemonError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| DaemonError::io("starting the runtime", e))?;
+    rt.block_on(serve(config))
+}
+
+/// Runs a store on the current tokio runtime until SIGTERM or SIGINT.
+pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
+    let (memory, why) = config.memory_size()?;
+    let path = config.socket_path();
+    let arena = Arena::create(memory, config.dir.as_deref(), config.hugepages)?;
+    let (std_listener, _guard) = listener::bind(&path, config.socket_mode)?;
+    if config.prefault {
+        let t = std::time::Instant::now();
+        arena.prefault();
+        tracing::info!(seconds = t.elapsed().as_secs_f64(), "prefaulted the arena");
+    }
+    let listener = UnixListener::from_std(std_listener)
+        .map_err(|e| DaemonError::io("registering the socket", e))?;
+    let shared = SharedRef::new(Store::new(memory), arena);
+    tracing::info!(
+        socket = %path.display(),
+        memory = %human(memory),
+        "ferroplasma store ready ({why}; backing: {})",
+        match (&config.dir, config.hugepages) {
+            (Some(d), _) => format!("file in {}", d.display()),
+            (None, true) => "memfd, huge pages".into(),
+            (None, false) => "memfd".into(),
+        }
+    );
+    let mut term = signal(SignalKind::terminate()).map_err(|e| DaemonError::io("SIGTERM", e))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| DaemonError::io("SIGINT", e))?;
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) => {
+                    tokio::spawn(connection::serve(stream, shared.clone()));
+                }
+                Err(e) => {
+                    // Out of descriptors or similar: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
+            _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break; }
+        }
+    }
+    Ok(())
+}
