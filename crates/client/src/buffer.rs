@@ -52,6 +52,8 @@ pub struct ObjectBuffer {
     pub(crate) data_len: usize,
     pub(crate) meta: *const u8,
     pub(crate) meta_len: usize,
+    /// Whether Drop gives the reference back (false once released in a batch).
+    pub(crate) armed: bool,
 }
 
 // Safety: the pointers refer to the shared mapping, which `inner` keeps alive
@@ -95,7 +97,9 @@ impl AsRef<[u8]> for ObjectBuffer {
 
 impl Drop for ObjectBuffer {
     fn drop(&mut self) {
-        self.inner.release_quietly(self.id);
+        if self.armed {
+            self.inner.release_quietly(self.id);
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use crate::error::{ClientError, Result};
 use crate::subscription::Subscription;
 use ferroplasma_protocol::layout::metadata_offset;
 use ferroplasma_protocol::pb::{self, reply, request};
-use ferroplasma_protocol::ObjectId;
+use ferroplasma_protocol::{IdHasher, ObjectId};
 use memmap2::MmapOptions;
 use std::collections::HashMap;
 use std::fs::File;
@@ -54,11 +54,12 @@ pub(crate) struct Inner {
     conn: Mutex<Conn>,
     mapping: Mapping,
     pid: u32,
+    fork_generation: u64,
     capacity: u64,
     max_inline: u64,
     socket: PathBuf,
     /// References this process holds, per object.
-    held: Mutex<HashMap<ObjectId, u64>>,
+    held: Mutex<HashMap<ObjectId, u64, IdHasher>>,
     /// Releases that could not take the connection at once; sent with the
     /// next request, as one message.
     deferred_releases: Mutex<Vec<ObjectId>>,
@@ -110,10 +111,11 @@ impl Client {
                 conn: Mutex::new(hs.conn),
                 mapping: Mapping::new(map),
                 pid: std::process::id(),
+                fork_generation: crate::fork::generation(),
                 capacity: hs.reply.capacity,
                 max_inline: hs.reply.max_inline_size,
                 socket: path,
-                held: Mutex::new(HashMap::new()),
+                held: Mutex::new(HashMap::default()),
                 deferred_releases: Mutex::new(Vec::new()),
             }),
         })
@@ -212,7 +214,7 @@ impl Client {
             Some(d) => d.as_millis().min(i64::MAX as u128) as i64,
         };
         let body = self.call(request::Body::Get(pb::Get {
-            object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+            object_ids: ferroplasma_protocol::pack_ids(ids),
             timeout_ms,
         }))?;
         let reply::Body::Get(g) = body else {
@@ -255,6 +257,7 @@ impl Client {
                     data_len: loc.data_size as usize,
                     meta: m,
                     meta_len: loc.metadata_size as usize,
+                    armed: true,
                 })),
                 (Err(e), _) | (_, Err(e)) => {
                     self.inner.release_quietly(*id);
@@ -280,10 +283,28 @@ impl Client {
         self.inner.send_release(id)
     }
 
+    /// Releases many buffers with one message (dropping them one by one
+    /// sends one message each).
+    pub fn release_buffers(&self, buffers: impl IntoIterator<Item = ObjectBuffer>) -> Result<()> {
+        self.inner.check_pid()?;
+        let mut ids = Vec::new();
+        {
+            let mut held = self.inner.held.lock().unwrap_or_else(|p| p.into_inner());
+            for mut b in buffers {
+                // The reference is given back below, in one message, not by Drop.
+                b.armed = false;
+                if take_one(&mut held, b.id) {
+                    ids.push(b.id);
+                }
+            }
+        }
+        self.inner.send_releases(ids)
+    }
+
     /// Whether each object is sealed in the store.
     pub fn contains(&self, ids: &[ObjectId]) -> Result<Vec<bool>> {
         let body = self.call(request::Body::Contains(pb::Contains {
-            object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+            object_ids: ferroplasma_protocol::pack_ids(ids),
         }))?;
         match body {
             reply::Body::Contains(c) if c.present.len() == ids.len() => Ok(c.present),
@@ -295,7 +316,7 @@ impl Client {
     /// reference goes.
     pub fn delete(&self, ids: &[ObjectId]) -> Result<Vec<DeleteStatus>> {
         let body = self.call(request::Body::Delete(pb::Delete {
-            object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+            object_ids: ferroplasma_protocol::pack_ids(ids),
         }))?;
         match body {
             reply::Body::Delete(d) if d.status.len() == ids.len() => Ok(d
@@ -378,7 +399,7 @@ impl Inner {
     }
 
     fn check_pid(&self) -> Result<()> {
-        if std::process::id() != self.pid {
+        if crate::fork::generation() != self.fork_generation {
             return Err(ClientError::Forked { parent: self.pid });
         }
         Ok(())
@@ -405,28 +426,24 @@ impl Inner {
 
     /// Decrements the local count; false if the client held none.
     fn take_held(&self, id: ObjectId) -> bool {
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        match held.get_mut(&id) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                true
-            }
-            Some(_) => {
-                held.remove(&id);
-                true
-            }
-            None => false,
-        }
+        take_one(&mut self.held.lock().unwrap_or_else(|p| p.into_inner()), id)
     }
 
     /// Sends a Release now if the connection is free, else defers it to the
     /// next request (so a release never waits behind a blocking get).
     fn send_release(&self, id: ObjectId) -> Result<()> {
+        self.send_releases(vec![id])
+    }
+
+    fn send_releases(&self, ids: Vec<ObjectId>) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
         match self.conn.try_lock() {
             Ok(mut conn) => {
                 self.queue_deferred_releases(&mut conn);
                 conn.queue(request::Body::Release(pb::Release {
-                    object_ids: vec![id.0.to_vec()],
+                    object_ids: ferroplasma_protocol::pack_ids(&ids),
                 }));
                 conn.flush()
             }
@@ -434,7 +451,7 @@ impl Inner {
                 self.deferred_releases
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .push(id);
+                    .extend(ids);
                 // The holder may have finished meanwhile: try once more, so
                 // the release does not wait for the next request.
                 if let Ok(mut conn) = self.conn.try_lock() {
@@ -455,7 +472,7 @@ impl Inner {
         );
         if !ids.is_empty() {
             conn.queue(request::Body::Release(pb::Release {
-                object_ids: ids.iter().map(|i| i.0.to_vec()).collect(),
+                object_ids: ferroplasma_protocol::pack_ids(&ids),
             }));
         }
     }
@@ -466,6 +483,20 @@ impl Inner {
         if self.check_pid().is_ok() && self.take_held(id) {
             let _ = self.send_release(id);
         }
+    }
+}
+
+fn take_one(held: &mut HashMap<ObjectId, u64, IdHasher>, id: ObjectId) -> bool {
+    match held.get_mut(&id) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            true
+        }
+        Some(_) => {
+            held.remove(&id);
+            true
+        }
+        None => false,
     }
 }
 

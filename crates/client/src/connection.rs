@@ -8,6 +8,7 @@ use ferroplasma_protocol::PROTOCOL_VERSION;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use prost::Message;
 use std::io::{IoSliceMut, Read, Write};
+
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -19,6 +20,11 @@ pub(crate) struct Conn {
     next_id: u64,
     /// Encoded frames waiting to go out with the next write.
     pub outbuf: Vec<u8>,
+    /// Bytes read from the socket and not yet parsed.
+    inbuf: Vec<u8>,
+    /// Where the unparsed bytes in `inbuf` start and end.
+    inpos: usize,
+    inend: usize,
 }
 
 /// What the handshake returns.
@@ -32,14 +38,17 @@ pub(crate) struct Handshake {
 impl Conn {
     /// Connects and handshakes; receives the arena descriptors.
     pub fn open(path: &Path, name: &str) -> Result<Handshake> {
-        let stream = UnixStream::connect(path).map_err(|source| ClientError::StoreUnavailable {
+        let stream = UnixStream::connect(path).map_err(|cause| ClientError::StoreUnavailable {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         let mut conn = Conn {
             stream,
             next_id: 1,
             outbuf: Vec::new(),
+            inbuf: vec![0; 64 * 1024],
+            inpos: 0,
+            inend: 0,
         };
         let req = pb::Request {
             request_id: 0,
@@ -94,17 +103,7 @@ impl Conn {
         let id = self.queue(body);
         self.flush()?;
         loop {
-            let mut header = [0u8; HEADER_LEN];
-            self.stream
-                .read_exact(&mut header)
-                .map_err(ClientError::Disconnected)?;
-            let len = frame_len(header, MAX_REPLY_FRAME)?;
-            let mut body = vec![0u8; len];
-            self.stream
-                .read_exact(&mut body)
-                .map_err(ClientError::Disconnected)?;
-            let reply = pb::Reply::decode(body.as_slice())
-                .map_err(|e| ClientError::Protocol(format!("undecodable reply: {e}")))?;
+            let reply = self.read_reply()?;
             if reply.request_id != id {
                 // Stray frames (request 0: an error about an earlier frame).
                 if let Some(reply::Body::Error(e)) = reply.body {
@@ -117,6 +116,52 @@ impl Conn {
                 Some(b) => Ok(b),
                 None => Err(ClientError::Protocol("empty reply".into())),
             };
+        }
+    }
+}
+
+impl Conn {
+    /// Reads the next reply, with as few reads as the kernel allows (usually
+    /// one: header and body arrive together). `inbuf[inpos..inend]` holds
+    /// bytes read and not yet parsed; the buffer is zeroed only when it grows.
+    fn read_reply(&mut self) -> Result<pb::Reply> {
+        loop {
+            let avail = &self.inbuf[self.inpos..self.inend];
+            let mut need = HEADER_LEN;
+            if avail.len() >= HEADER_LEN {
+                let len = frame_len(avail[..HEADER_LEN].try_into().expect("4"), MAX_REPLY_FRAME)?;
+                need = HEADER_LEN + len;
+                if avail.len() >= need {
+                    let reply = pb::Reply::decode(&avail[HEADER_LEN..need])
+                        .map_err(|e| ClientError::Protocol(format!("undecodable reply: {e}")))?;
+                    self.inpos += need;
+                    if self.inpos == self.inend {
+                        self.inpos = 0;
+                        self.inend = 0;
+                    }
+                    return Ok(reply);
+                }
+            }
+            // Make room for the rest of this frame at the end of the buffer.
+            if self.inpos > 0 {
+                self.inbuf.copy_within(self.inpos..self.inend, 0);
+                self.inend -= self.inpos;
+                self.inpos = 0;
+            }
+            if self.inbuf.len() < need {
+                self.inbuf.resize(need.next_power_of_two(), 0);
+            }
+            let n = self
+                .stream
+                .read(&mut self.inbuf[self.inend..])
+                .map_err(ClientError::Disconnected)?;
+            if n == 0 {
+                return Err(ClientError::Disconnected(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the store closed the connection",
+                )));
+            }
+            self.inend += n;
         }
     }
 }

@@ -8,15 +8,14 @@ use std::path::PathBuf;
 pub enum ClientError {
     /// Nothing answers on the socket.
     #[error(
-        "no ferroplasma store at {path}: {source}. Start one with `ferroplasma store` \
+        "no ferroplasma store at {path}: {cause}. Start one with `ferroplasma store` \
          (or `make run`), or point FERROPLASMA_SOCKET at a running store"
     )]
     StoreUnavailable {
         /// The socket tried.
         path: PathBuf,
-        /// Why connecting failed.
-        #[source]
-        source: std::io::Error,
+        /// Why connecting failed (part of the message).
+        cause: std::io::Error,
     },
     /// The id is taken.
     #[error("{message}")]

@@ -12,11 +12,13 @@
 //! - [`subscription`] — [`Subscription`], a stream of seal/delete [`Event`]s.
 //! - [`error`] — [`ClientError`].
 //! - `connection` — the socket, handshake and request/reply framing.
+//! - `fork` — cheap detection of use after `fork()`.
 
 pub mod buffer;
 pub mod client;
 mod connection;
 pub mod error;
+mod fork;
 pub mod subscription;
 
 pub use buffer::{MutableBuffer, ObjectBuffer};

@@ -120,7 +120,13 @@ async fn handshake(
     }
     let len = frame_len(header, MAX_REQUEST_FRAME).map_err(|e| Close::Violation(e.to_string()))?;
     let mut body = vec![0u8; len];
-    stream.read_exact(&mut body).await?;
+    if let Err(e) = stream.read_exact(&mut body).await {
+        return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Close::Eof
+        } else {
+            e.into()
+        });
+    }
     let req = pb::Request::decode(body.as_slice())
         .map_err(|e| Close::Violation(format!("undecodable first message: {e}")))?;
     let Some(request::Body::Connect(c)) = req.body else {
@@ -456,12 +462,9 @@ impl Connection {
     }
 
     fn release(&mut self, r: pb::Release) -> Result<(), Close> {
-        if r.object_ids.len() > MAX_IDS_PER_REQUEST {
-            return Err(Close::Violation("too many ids in one Release".into()));
-        }
+        let ids = parse_ids(&r.object_ids).map_err(|Refusal(e)| Close::Violation(e.message))?;
         let mut sh = self.shared.lock();
-        for raw in &r.object_ids {
-            let id = ObjectId::from_slice(raw).map_err(|e| Close::Violation(e.to_string()))?;
+        for id in ids {
             let fx = sh
                 .store
                 .release(self.client, id)
@@ -533,17 +536,24 @@ fn parse_id(raw: &[u8]) -> Result<ObjectId, Refusal> {
     ObjectId::from_slice(raw).map_err(|e| refuse(pb::ErrorCode::InvalidRequest, e.to_string()))
 }
 
-fn parse_ids(raw: &[Vec<u8>]) -> Result<Vec<ObjectId>, Refusal> {
-    if raw.len() > MAX_IDS_PER_REQUEST {
+fn parse_ids(packed: &[u8]) -> Result<Vec<ObjectId>, Refusal> {
+    let n = packed.len() / ObjectId::LEN;
+    if n > MAX_IDS_PER_REQUEST {
         return Err(refuse(
             pb::ErrorCode::TooLarge,
-            format!(
-                "{} ids in one request; the limit is {MAX_IDS_PER_REQUEST}, split the batch",
-                raw.len()
-            ),
+            format!("{n} ids in one request; the limit is {MAX_IDS_PER_REQUEST}, split the batch"),
         ));
     }
-    raw.iter().map(|r| parse_id(r)).collect()
+    ferroplasma_protocol::unpack_ids(packed).map_err(|_| {
+        refuse(
+            pb::ErrorCode::InvalidRequest,
+            format!(
+                "object_ids holds {} bytes, not a multiple of {}",
+                packed.len(),
+                ObjectId::LEN
+            ),
+        )
+    })
 }
 
 fn check_inline(what: &str, len: usize) -> Result<(), Refusal> {

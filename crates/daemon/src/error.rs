@@ -17,7 +17,7 @@ pub enum DaemonError {
     #[error("invalid memory size: {0}")]
     BadSize(String),
     /// Creating or mapping the shared memory failed.
-    #[error("cannot create the shared-memory arena ({what}): {source}")]
+    #[error("cannot create the shared-memory arena ({what})")]
     Arena {
         /// What was being done.
         what: String,
@@ -26,7 +26,7 @@ pub enum DaemonError {
         source: std::io::Error,
     },
     /// Any other I/O error (socket, runtime).
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: String,

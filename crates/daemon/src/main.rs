@@ -58,7 +58,7 @@ fn main() {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Store(cfg) => ferroplasma_daemon::run(cfg).context("the store stopped"),
+        Command::Store(cfg) => ferroplasma_daemon::run(cfg).context("cannot run the store"),
         Command::Stats(t) => {
             let c = Client::connect(t.socket.as_deref())?;
             let s = c.stats()?;

@@ -3,7 +3,7 @@
 mod common;
 
 use common::TestStore;
-use ferroplasma_client::{ClientError, DeleteStatus, EventKind, ObjectId};
+use ferroplasma_client::{Client, ClientError, DeleteStatus, EventKind, ObjectId};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -376,4 +376,53 @@ fn buffers_outlive_the_client_handle() {
     let got = c.get(&[id], None).unwrap();
     drop(c);
     assert_eq!(got[0].as_ref().unwrap().data(), b"still here");
+}
+
+#[test]
+fn release_buffers_gives_back_a_whole_batch() {
+    let store = TestStore::start("16MiB");
+    let c = store.client();
+    let ids: Vec<_> = (0..50).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        c.put(*id, b"v", b"").unwrap();
+    }
+    let got = c.get(&ids, None).unwrap();
+    assert_eq!(c.stats().unwrap().referenced_objects, 50);
+    c.release_buffers(got.into_iter().flatten()).unwrap();
+    assert_eq!(c.stats().unwrap().referenced_objects, 0);
+    assert!(matches!(c.release(ids[0]), Err(ClientError::NotHeld(_))));
+}
+
+#[test]
+fn a_forked_child_gets_a_clear_error_and_can_reconnect() {
+    let store = TestStore::start("16MiB");
+    let c = store.client();
+    let id = ObjectId::random();
+    c.put(id, b"parent's", b"").unwrap();
+    let view = c.get(&[id], None).unwrap();
+    // Safety: the child only calls async-signal-safe-enough code paths of
+    // this test (no locks held by other threads are taken) and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let forked = matches!(c.stats(), Err(ClientError::Forked { .. }));
+        drop(view); // must not send anything on the parent's socket
+        let fresh = Client::connect(Some(store.path())).map(|n| n.contains(&[id]).unwrap()[0]);
+        let code = if forked && fresh.unwrap_or(false) {
+            0
+        } else {
+            1
+        };
+        // Safety: leaving the child without running the test harness's exit path.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // Safety: waiting for the child we just forked.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child saw {status}"
+    );
+    // The parent's connection is intact and still holds its reference.
+    assert_eq!(view[0].as_ref().unwrap().data(), b"parent's");
+    assert_eq!(c.list().unwrap()[0].ref_count, 1);
 }

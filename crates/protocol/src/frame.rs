@@ -92,7 +92,7 @@ mod tests {
         let req = pb::Request {
             request_id: 7,
             body: Some(pb::request::Body::Get(pb::Get {
-                object_ids: vec![vec![1; 20], vec![2; 20]],
+                object_ids: [[1u8; 20], [2u8; 20]].concat(),
                 timeout_ms: -1,
             })),
         };

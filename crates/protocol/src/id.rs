@@ -55,13 +55,33 @@ impl ObjectId {
     }
 }
 
+/// Concatenates ids for the packed `object_ids` fields of the protocol.
+pub fn pack_ids(ids: &[ObjectId]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(ids.len() * ObjectId::LEN);
+    for id in ids {
+        v.extend_from_slice(&id.0);
+    }
+    v
+}
+
+/// Splits a packed `object_ids` field; its length must be a multiple of 20.
+pub fn unpack_ids(packed: &[u8]) -> Result<Vec<ObjectId>, ProtocolError> {
+    if packed.len() % ObjectId::LEN != 0 {
+        return Err(ProtocolError::BadObjectId {
+            expected: ObjectId::LEN,
+            got: packed.len() % ObjectId::LEN,
+        });
+    }
+    Ok(packed
+        .chunks_exact(ObjectId::LEN)
+        .map(|c| ObjectId(c.try_into().expect("chunks of 20")))
+        .collect())
+}
+
 fn fill_random(buf: &mut [u8]) {
-    use std::io::Read;
-    // /dev/urandom never blocks after boot and is always present on Linux.
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        if f.read_exact(buf).is_ok() {
-            return;
-        }
+    // The getrandom(2) syscall: no file to open, never blocks after boot.
+    if getrandom::fill(buf).is_ok() {
+        return;
     }
     // Fallback: hash time, pid and a counter (not cryptographic, still unique).
     use std::hash::{BuildHasher, Hasher};
@@ -99,5 +119,8 @@ mod tests {
         assert!(ObjectId::from_slice(&[0u8; 21]).is_err());
         assert!(ObjectId::from_hex("zz").is_err());
         assert_ne!(ObjectId::random(), ObjectId::random());
+        let ids = [ObjectId::random(), ObjectId::random()];
+        assert_eq!(unpack_ids(&pack_ids(&ids)).unwrap(), ids);
+        assert!(unpack_ids(&[0; 21]).is_err());
     }
 }

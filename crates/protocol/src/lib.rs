@@ -22,10 +22,14 @@ pub mod pb {
 }
 
 pub use error::ProtocolError;
-pub use id::ObjectId;
+pub use id::{pack_ids, unpack_ids, ObjectId};
 
 /// The protocol version this crate speaks; sent in `Connect` and checked by the store.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The hasher for maps keyed by object ids: fast, and seeded per process so
+/// that clients cannot choose ids that collide.
+pub type IdHasher = foldhash::fast::RandomState;
 
 /// The socket every client and command uses when none is given.
 pub const DEFAULT_SOCKET: &str = "/tmp/ferroplasma.sock";

@@ -11,6 +11,7 @@ use crate::lru::LruQueue;
 use crate::object::{ClientId, Entry, Location, ObjectInfo, ObjectState};
 use crate::stats::Stats;
 use ferroplasma_protocol::layout::allocation_size;
+use ferroplasma_protocol::IdHasher;
 use ferroplasma_protocol::ObjectId;
 use std::collections::{BTreeSet, HashMap};
 
@@ -29,11 +30,11 @@ pub enum DeleteOutcome {
 #[derive(Debug)]
 pub struct Store {
     alloc: Allocator,
-    objects: HashMap<ObjectId, Entry>,
+    objects: HashMap<ObjectId, Entry, IdHasher>,
     clients: HashMap<ClientId, ClientState>,
     next_client: ClientId,
     lru: LruQueue,
-    waiters: HashMap<ObjectId, Vec<ClientId>>,
+    waiters: HashMap<ObjectId, Vec<ClientId>, IdHasher>,
     subscribers: BTreeSet<ClientId>,
     evictions: u64,
     evicted_bytes: u64,
@@ -44,11 +45,11 @@ impl Store {
     pub fn new(capacity: u64) -> Self {
         Self {
             alloc: Allocator::new(capacity),
-            objects: HashMap::new(),
+            objects: HashMap::default(),
             clients: HashMap::new(),
             next_client: 1,
             lru: LruQueue::default(),
-            waiters: HashMap::new(),
+            waiters: HashMap::default(),
             subscribers: BTreeSet::new(),
             evictions: 0,
             evicted_bytes: 0,
@@ -203,6 +204,25 @@ impl Store {
             .entry(id)
             .or_insert(0) += 1;
         Some(loc)
+    }
+
+    /// [`Store::get`] for many ids at once (one client lookup for the batch).
+    pub fn get_many(&mut self, client: ClientId, ids: &[ObjectId]) -> Vec<Option<Location>> {
+        let refs = &mut self.clients.entry(client).or_default().refs;
+        ids.iter()
+            .map(|id| {
+                let e = self.objects.get_mut(id)?;
+                if !e.is_sealed() || e.delete_pending {
+                    return None;
+                }
+                if let Some(tick) = e.lru_tick.take() {
+                    self.lru.remove(tick);
+                }
+                e.ref_count += 1;
+                *refs.entry(*id).or_insert(0) += 1;
+                Some(e.location)
+            })
+            .collect()
     }
 
     /// Asks to be told (a [`Notice::Sealed`]) when `id` is sealed.
