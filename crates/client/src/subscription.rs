@@ -5,30 +5,9 @@ use crate::error::{ClientError, Result};
 use ferroplasma_protocol::frame::{read_message, MAX_REPLY_FRAME};
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
+pub use ferroplasma_protocol::{Event, EventKind};
 use std::path::Path;
 use std::time::Duration;
-
-/// What happened to an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    /// It was sealed.
-    Sealed,
-    /// It was deleted or evicted.
-    Deleted,
-}
-
-/// A subscription event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Event {
-    /// Sealed or deleted.
-    pub kind: EventKind,
-    /// The object.
-    pub id: ObjectId,
-    /// Data bytes (0 for deletions).
-    pub data_size: u64,
-    /// Metadata bytes (0 for deletions).
-    pub metadata_size: u64,
-}
 
 /// Events from the store, in the order they happened.
 #[derive(Debug)]

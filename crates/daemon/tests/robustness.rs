@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bin, temp_dir, TestStore};
+use common::{bin, run_store_once, temp_dir, TestStore};
 use ferroplasma_client::{Client, ObjectId};
 use ferroplasma_protocol::frame::{encode_frame, read_message, MAX_REPLY_FRAME};
 use ferroplasma_protocol::pb::{self, reply, request};
@@ -392,11 +392,7 @@ fn a_client_killed_holding_references_or_blocked_in_get_releases_everything() {
 #[test]
 fn a_second_store_on_a_live_socket_refuses_and_a_stale_socket_is_replaced() {
     let mut first = TestStore::start("8MiB");
-    let out = Command::new(bin())
-        .args(["store", "--memory", "8MiB", "--socket"])
-        .arg(first.path())
-        .output()
-        .unwrap();
+    let out = run_store_once(first.path(), &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("already running"), "{err}");
@@ -432,11 +428,7 @@ fn the_socket_is_private_by_default_and_refuses_to_replace_other_files() {
     let dir = temp_dir("notsock");
     let file = dir.join("plain-file");
     std::fs::write(&file, b"do not delete").unwrap();
-    let out = Command::new(bin())
-        .args(["store", "--memory", "8MiB", "--socket"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = run_store_once(&file, &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a socket"));
     assert_eq!(std::fs::read(&file).unwrap(), b"do not delete");
@@ -522,11 +514,7 @@ fn hugepages_without_reserved_pages_fail_with_a_hint() {
         return;
     }
     let dir = temp_dir("huge");
-    let out = Command::new(bin())
-        .args(["store", "--memory", "4MiB", "--hugepages", "--socket"])
-        .arg(dir.join("s.sock"))
-        .output()
-        .unwrap();
+    let out = run_store_once(&dir.join("s.sock"), &["--hugepages"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("nr_hugepages"));
     let _ = std::fs::remove_dir_all(dir);

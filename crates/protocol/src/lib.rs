@@ -8,9 +8,11 @@
 //! - [`id`] — [`ObjectId`], the 20-byte object identifier.
 //! - [`frame`] — length-prefixed framing, limits, blocking frame read/write helpers.
 //! - [`layout`] — where data and metadata lie inside an allocation (64-byte alignment).
+//! - [`event`] — [`Event`], what subscribers are told.
 //! - [`error`] — [`ProtocolError`], this crate's error type.
 
 pub mod error;
+pub mod event;
 pub mod frame;
 pub mod id;
 pub mod layout;
@@ -22,6 +24,7 @@ pub mod pb {
 }
 
 pub use error::ProtocolError;
+pub use event::{Event, EventKind};
 pub use id::{pack_ids, unpack_ids, ObjectId};
 
 /// The protocol version this crate speaks; sent in `Connect` and checked by the store.

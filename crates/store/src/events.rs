@@ -1,29 +1,7 @@
 //! What the state machine asks the daemon to tell clients.
 
 use crate::object::ClientId;
-use ferroplasma_protocol::ObjectId;
-
-/// Kind of a subscription event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    /// An object was sealed.
-    Sealed,
-    /// An object was deleted or evicted.
-    Deleted,
-}
-
-/// A subscription event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Event {
-    /// Sealed or deleted.
-    pub kind: EventKind,
-    /// The object.
-    pub id: ObjectId,
-    /// Data bytes (0 for deletions).
-    pub data_size: u64,
-    /// Metadata bytes (0 for deletions).
-    pub metadata_size: u64,
-}
+pub use ferroplasma_protocol::{Event, EventKind, ObjectId};
 
 /// A message for one client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,17 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_ferroplasma")
 }
 
+/// Runs `ferroplasma store --memory 8MiB --socket SOCKET EXTRA...` to
+/// completion (for starts that must fail).
+pub fn run_store_once(socket: &Path, extra: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(["store", "--memory", "8MiB", "--socket"])
+        .arg(socket)
+        .args(extra)
+        .output()
+        .expect("run ferroplasma store")
+}
+
 pub fn temp_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
         "fp-test-{tag}-{}-{}",
