@@ -115,6 +115,10 @@ pub struct MutableBuffer {
 // Safety: the pointer refers to the shared mapping kept alive by `_inner`;
 // the allocation belongs to this object alone until it is sealed.
 unsafe impl Send for MutableBuffer {}
+// Safety: through `&MutableBuffer` only the id, the length and the raw
+// pointer can be read; writing through that pointer is the caller's
+// (unsafe) responsibility.
+unsafe impl Sync for MutableBuffer {}
 
 impl MutableBuffer {
     /// The object's id.
@@ -132,6 +136,12 @@ impl MutableBuffer {
 
     /// Address of the first data byte (for bindings that export buffers).
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.data
+    }
+
+    /// Address of the first data byte, from a shared reference (for
+    /// bindings that export the buffer; writing through it is unsafe).
+    pub fn data_ptr(&self) -> *mut u8 {
         self.data
     }
 

@@ -4,6 +4,7 @@
 //!
 //! Module map:
 //! - [`server`] — [`run`] / [`serve`]: arena, socket, accept loop, signals.
+//! - [`cli`] — the `ferroplasma` command line (binary and Python console script).
 //! - [`config`] — [`StoreConfig`], the `ferroplasma store` flags and defaults.
 //! - `connection` — one client: handshake, requests, parked gets, events.
 //! - `shared` — the state machine behind a mutex plus per-client notice queues.
@@ -14,6 +15,7 @@
 //! - [`error`] — [`DaemonError`].
 
 pub mod arena;
+pub mod cli;
 pub mod config;
 mod connection;
 mod convert;

@@ -1,0 +1,143 @@
+//! The `ferroplasma` command line, shared by the binary and the Python
+//! package's console script.
+
+use clap::{Parser, Subcommand};
+use ferroplasma_client::Client;
+use crate::config::human;
+use crate::StoreConfig;
+use std::path::PathBuf;
+
+/// ferroplasma: a shared-memory object store for immutable data.
+///
+/// Processes on one host put objects (byte buffers with metadata) into the
+/// store once and read them from shared memory without copying.
+/// Start a store with `ferroplasma store`; clients find it through
+/// $FERROPLASMA_SOCKET or /tmp/ferroplasma.sock.
+#[derive(Debug, Parser)]
+#[command(name = "ferroplasma", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a store in the foreground until SIGTERM or Ctrl-C.
+    ///
+    /// Logs go to stderr; set FERROPLASMA_LOG (e.g. `debug`) for more.
+    Store(StoreConfig),
+    /// Print a running store's memory and object counters.
+    Stats(Target),
+    /// List the objects in a running store.
+    List(Target),
+}
+
+#[derive(Debug, clap::Args)]
+struct Target {
+    /// Socket of the store. Default: $FERROPLASMA_SOCKET, else /tmp/ferroplasma.sock.
+    #[arg(short = 's', long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    match cli.command {
+        Command::Store(cfg) => crate::run(cfg).map_err(|e| format!("cannot run the store: {}", chain(&e)).into()),
+        Command::Stats(t) => {
+            let c = Client::connect(t.socket.as_deref())?;
+            let s = c.stats()?;
+            println!("socket              {}", c.socket().display());
+            println!("capacity            {}", human(s.capacity));
+            println!(
+                "used                {} ({:.1}%)",
+                human(s.used),
+                100.0 * s.used as f64 / s.capacity.max(1) as f64
+            );
+            println!(
+                "objects             {} ({} sealed, {} referenced)",
+                s.objects, s.sealed_objects, s.referenced_objects
+            );
+            println!("clients             {}", s.clients);
+            println!(
+                "evictions           {} ({})",
+                s.evictions,
+                human(s.evicted_bytes)
+            );
+            println!(
+                "largest free block  {} in {} free blocks (fragmentation {:.3})",
+                human(s.largest_free_block),
+                s.free_blocks,
+                s.fragmentation
+            );
+            Ok(())
+        }
+        Command::List(t) => {
+            let c = Client::connect(t.socket.as_deref())?;
+            let mut objs = c.list()?;
+            objs.sort_by_key(|o| o.create_time_us);
+            println!(
+                "{:<40}  {:>12}  {:>10}  {:>5}  state",
+                "object id", "data", "metadata", "refs"
+            );
+            for o in objs {
+                println!(
+                    "{:<40}  {:>12}  {:>10}  {:>5}  {}{}",
+                    o.id,
+                    o.data_size,
+                    o.metadata_size,
+                    o.ref_count,
+                    if o.sealed { "sealed" } else { "created" },
+                    if o.delete_pending {
+                        " (delete pending)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Parses `args` (the first is the program name) and runs the command.
+/// Returns the process exit code; errors are printed to stderr.
+pub fn main_with_args<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    use std::io::IsTerminal;
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FERROPLASMA_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+    match run(cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ferroplasma: error: {e}");
+            1
+        }
+    }
+}
+
+/// `error: cause: cause` on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

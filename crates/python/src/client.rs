@@ -1,0 +1,207 @@
+//! `NativeClient`: the Rust client as a Python class. Ids cross as 20-byte
+//! `bytes`; the Python facade (`ferroplasma.Client`) wraps them in `ObjectID`.
+
+use crate::buffers::{Buffer, WritableBuffer};
+use crate::errors::{IntoPy, InvalidRequest};
+use crate::subscription::NativeSubscription;
+use ferroplasma_client::{Client, DeleteStatus, ObjectId};
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::path::PathBuf;
+use std::time::Duration;
+
+
+fn oid(b: &[u8]) -> PyResult<ObjectId> {
+    ObjectId::from_slice(b).map_err(|e| InvalidRequest::new_err(e.to_string()))
+}
+
+fn oids(list: Vec<Vec<u8>>) -> PyResult<Vec<ObjectId>> {
+    list.iter().map(|b| oid(b)).collect()
+}
+
+/// Copies a bytes-like object's contents (any buffer, contiguous or not).
+fn bytes_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let buf: PyBuffer<u8> = PyBuffer::get(obj)?;
+    buf.to_vec(py)
+}
+
+/// One connection to a store.
+#[pyclass(module = "ferroplasma._native", frozen)]
+#[derive(Debug)]
+pub struct NativeClient {
+    inner: Client,
+}
+
+#[pymethods]
+impl NativeClient {
+    /// Connects to the store at `socket` (None: the default socket).
+    #[new]
+    #[pyo3(signature = (socket=None))]
+    fn new(py: Python<'_>, socket: Option<PathBuf>) -> PyResult<Self> {
+        let c = py.detach(|| Client::connect(socket.as_deref())).py_err()?;
+        Ok(Self { inner: c })
+    }
+
+    /// Bytes the store manages.
+    #[getter]
+    fn capacity(&self) -> u64 {
+        self.inner.capacity()
+    }
+
+    /// The socket path.
+    #[getter]
+    fn socket(&self) -> String {
+        self.inner.socket().to_string_lossy().into_owned()
+    }
+
+    /// Allocates an object; returns its writable buffer. The caller holds a
+    /// reference until `release`.
+    fn create(
+        &self,
+        py: Python<'_>,
+        object_id: &[u8],
+        size: u64,
+        metadata: &[u8],
+    ) -> PyResult<WritableBuffer> {
+        let id = oid(object_id)?;
+        let meta = metadata.to_vec();
+        let b = py.detach(|| self.inner.create(id, size, &meta)).py_err()?;
+        Ok(WritableBuffer {
+            inner: b,
+            sealed: Default::default(),
+        })
+    }
+
+    /// Seals an object; `buffer`, if given, becomes read-only for new views.
+    #[pyo3(signature = (object_id, buffer=None))]
+    fn seal(
+        &self,
+        py: Python<'_>,
+        object_id: &[u8],
+        buffer: Option<&Bound<'_, WritableBuffer>>,
+    ) -> PyResult<()> {
+        let id = oid(object_id)?;
+        py.detach(|| self.inner.seal(id)).py_err()?;
+        if let Some(b) = buffer {
+            b.get()
+                .sealed
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Discards an unsealed object this client created.
+    fn abort(&self, py: Python<'_>, object_id: &[u8]) -> PyResult<()> {
+        let id = oid(object_id)?;
+        py.detach(|| self.inner.abort(id)).py_err()
+    }
+
+    /// Creates and seals a small object in one message (no reference kept).
+    fn create_and_seal(
+        &self,
+        py: Python<'_>,
+        object_id: &[u8],
+        data: &Bound<'_, PyAny>,
+        metadata: &[u8],
+    ) -> PyResult<()> {
+        let id = oid(object_id)?;
+        let d = bytes_of(py, data)?;
+        let m = metadata.to_vec();
+        py.detach(|| self.inner.create_and_seal(id, &d, &m)).py_err()
+    }
+
+    /// Gets objects; `timeout_ms` < 0 waits forever, 0 polls. None for
+    /// objects not sealed in time.
+    fn get_buffers(
+        &self,
+        py: Python<'_>,
+        object_ids: Vec<Vec<u8>>,
+        timeout_ms: i64,
+    ) -> PyResult<Vec<Option<Buffer>>> {
+        let ids = oids(object_ids)?;
+        let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+        let got = py.detach(|| self.inner.get(&ids, timeout)).py_err()?;
+        Ok(got
+            .into_iter()
+            .map(|b| b.map(|inner| Buffer { inner }))
+            .collect())
+    }
+
+    /// Drops one reference taken by `create` (buffers from `get_buffers`
+    /// release themselves when garbage collected).
+    fn release(&self, object_id: &[u8]) -> PyResult<()> {
+        self.inner.release(oid(object_id)?).py_err()
+    }
+
+    /// Whether each object is sealed in the store.
+    fn contains(&self, py: Python<'_>, object_ids: Vec<Vec<u8>>) -> PyResult<Vec<bool>> {
+        let ids = oids(object_ids)?;
+        py.detach(|| self.inner.contains(&ids)).py_err()
+    }
+
+    /// Deletes objects; one of "deleted", "deferred", "not_found" per id.
+    fn delete(&self, py: Python<'_>, object_ids: Vec<Vec<u8>>) -> PyResult<Vec<&'static str>> {
+        let ids = oids(object_ids)?;
+        let st = py.detach(|| self.inner.delete(&ids)).py_err()?;
+        Ok(st
+            .into_iter()
+            .map(|s| match s {
+                DeleteStatus::Deleted => "deleted",
+                DeleteStatus::Deferred => "deferred",
+                DeleteStatus::NotFound => "not_found",
+            })
+            .collect())
+    }
+
+    /// Every object, as dicts.
+    fn list<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let objs = py.detach(|| self.inner.list()).py_err()?;
+        objs.into_iter()
+            .map(|o| {
+                let d = PyDict::new(py);
+                d.set_item("object_id", PyBytes::new(py, o.id.as_bytes()))?;
+                d.set_item("data_size", o.data_size)?;
+                d.set_item("metadata_size", o.metadata_size)?;
+                d.set_item("ref_count", o.ref_count)?;
+                d.set_item("state", if o.sealed { "sealed" } else { "created" })?;
+                d.set_item("create_time", o.create_time_us as f64 / 1e6)?;
+                d.set_item(
+                    "construct_duration",
+                    o.construct_duration_us.map(|u| u as f64 / 1e6),
+                )?;
+                d.set_item("delete_pending", o.delete_pending)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// Evicts LRU objects until `num_bytes` are freed; (freed, count).
+    fn evict(&self, py: Python<'_>, num_bytes: u64) -> PyResult<(u64, u64)> {
+        py.detach(|| self.inner.evict(num_bytes)).py_err()
+    }
+
+    /// The store's counters.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = py.detach(|| self.inner.stats()).py_err()?;
+        let d = PyDict::new(py);
+        d.set_item("capacity", s.capacity)?;
+        d.set_item("used", s.used)?;
+        d.set_item("objects", s.objects)?;
+        d.set_item("sealed_objects", s.sealed_objects)?;
+        d.set_item("referenced_objects", s.referenced_objects)?;
+        d.set_item("clients", s.clients)?;
+        d.set_item("evictions", s.evictions)?;
+        d.set_item("evicted_bytes", s.evicted_bytes)?;
+        d.set_item("largest_free_block", s.largest_free_block)?;
+        d.set_item("free_blocks", s.free_blocks)?;
+        d.set_item("fragmentation", s.fragmentation)?;
+        Ok(d)
+    }
+
+    /// A stream of seal/delete events on a new connection.
+    fn subscribe(&self, py: Python<'_>) -> PyResult<NativeSubscription> {
+        let s = py.detach(|| self.inner.subscribe()).py_err()?;
+        Ok(NativeSubscription::new(s))
+    }
+}

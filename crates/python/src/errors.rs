@@ -1,0 +1,47 @@
+//! The one place where client errors become Python exceptions (classes
+//! defined in `ferroplasma/errors.py`).
+
+use ferroplasma_client::ClientError;
+use pyo3::prelude::*;
+
+pyo3::import_exception!(ferroplasma.errors, ObjectExists);
+pyo3::import_exception!(ferroplasma.errors, ObjectNotFound);
+pyo3::import_exception!(ferroplasma.errors, StoreFull);
+pyo3::import_exception!(ferroplasma.errors, StoreUnavailable);
+pyo3::import_exception!(ferroplasma.errors, InvalidObjectState);
+pyo3::import_exception!(ferroplasma.errors, ObjectTooLarge);
+pyo3::import_exception!(ferroplasma.errors, InvalidRequest);
+pyo3::import_exception!(ferroplasma.errors, ProtocolError);
+pyo3::import_exception!(ferroplasma.errors, ObjectNotHeld);
+pyo3::import_exception!(ferroplasma.errors, ForkedClient);
+pyo3::import_exception!(ferroplasma.errors, Disconnected);
+
+/// Maps a client error onto the Python exception tree.
+pub fn to_py(e: ClientError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        ClientError::StoreUnavailable { .. } => StoreUnavailable::new_err(msg),
+        ClientError::ObjectExists { .. } => ObjectExists::new_err(msg),
+        ClientError::ObjectNotFound { .. } => ObjectNotFound::new_err(msg),
+        ClientError::StoreFull(_) => StoreFull::new_err(msg),
+        ClientError::InvalidState(_) => InvalidObjectState::new_err(msg),
+        ClientError::TooLarge(_) => ObjectTooLarge::new_err(msg),
+        ClientError::InvalidRequest(_) => InvalidRequest::new_err(msg),
+        ClientError::VersionMismatch(_) | ClientError::Protocol(_) => ProtocolError::new_err(msg),
+        ClientError::NotHeld(_) => ObjectNotHeld::new_err(msg),
+        ClientError::Forked { .. } => ForkedClient::new_err(msg),
+        ClientError::Disconnected(_) => Disconnected::new_err(msg),
+    }
+}
+
+/// `Result` adapter: `client_call().map_err(to_py)?`.
+pub trait IntoPy<T> {
+    /// Converts the error.
+    fn py_err(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for Result<T, ClientError> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}

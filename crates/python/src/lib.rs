@@ -1,0 +1,45 @@
+//! PyO3 bindings: the private module `ferroplasma._native`.
+//!
+//! Only bindings live here; the Python-facing API (serialization, the
+//! `Client` facade, `start_store`) is in `python/ferroplasma/`.
+//!
+//! Module map:
+//! - [`client`] — `NativeClient`: one connection; every blocking call releases the GIL.
+//! - [`buffers`] — `Buffer` (sealed, read-only) and `WritableBuffer` (being
+//!   created), both exporting the buffer protocol without copying.
+//! - [`subscription`] — `NativeSubscription`, an iterator of events.
+//! - [`errors`] — the one mapping from `ClientError` to `ferroplasma.errors`.
+
+pub mod buffers;
+pub mod client;
+pub mod errors;
+pub mod subscription;
+
+use pyo3::prelude::*;
+
+/// Runs the `ferroplasma` command line with `argv` (program name first) and
+/// returns its exit code. Used by the console script, so that `pip install`
+/// alone gives a working store.
+#[pyfunction]
+fn run_cli(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(|| ferroplasma_daemon::cli::main_with_args(argv))
+}
+
+/// The default socket path: `$FERROPLASMA_SOCKET`, else `/tmp/ferroplasma.sock`.
+#[pyfunction]
+fn default_socket() -> String {
+    ferroplasma_client::default_socket_path(None)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<client::NativeClient>()?;
+    m.add_class::<buffers::Buffer>()?;
+    m.add_class::<buffers::WritableBuffer>()?;
+    m.add_class::<subscription::NativeSubscription>()?;
+    m.add_function(wrap_pyfunction!(run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(default_socket, m)?)?;
+    Ok(())
+}

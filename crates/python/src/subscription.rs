@@ -1,0 +1,64 @@
+//! `NativeSubscription`: seal and delete events as a Python iterator.
+
+use crate::errors::IntoPy;
+use ferroplasma_client::{EventKind, Subscription};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// One event: `(kind, object_id, data_size, metadata_size)` with kind
+/// "sealed" or "deleted".
+type EventTuple<'py> = (&'static str, Bound<'py, PyBytes>, u64, u64);
+
+/// A stream of events on a connection of its own.
+#[pyclass(module = "ferroplasma._native", frozen)]
+#[derive(Debug)]
+pub struct NativeSubscription {
+    inner: Mutex<Subscription>,
+}
+
+impl NativeSubscription {
+    pub(crate) fn new(s: Subscription) -> Self {
+        Self {
+            inner: Mutex::new(s),
+        }
+    }
+}
+
+fn tuple<'py>(py: Python<'py>, e: ferroplasma_client::Event) -> EventTuple<'py> {
+    let kind = match e.kind {
+        EventKind::Sealed => "sealed",
+        EventKind::Deleted => "deleted",
+    };
+    (kind, PyBytes::new(py, e.id.as_bytes()), e.data_size, e.metadata_size)
+}
+
+#[pymethods]
+impl NativeSubscription {
+    /// The next event, waiting up to `timeout` seconds (None: forever);
+    /// None if none came in time.
+    #[pyo3(signature = (timeout=None))]
+    fn next_event<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<EventTuple<'py>>> {
+        let ev = py.detach(|| {
+            let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            match timeout {
+                None => s.next_event().map(Some),
+                Some(t) => s.next_timeout(Duration::from_secs_f64(t.max(0.0))),
+            }
+        });
+        Ok(ev.py_err()?.map(|e| tuple(py, e)))
+    }
+
+    /// The socket's file descriptor, for selectors.
+    fn fileno(&self) -> i32 {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_raw_fd()
+    }
+}

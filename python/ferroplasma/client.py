@@ -1,0 +1,292 @@
+"""The Python client: objects and raw buffers in a ferroplasma store."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from typing import (
+    Any,
+    NamedTuple,
+    Union,
+    overload,
+)
+
+from typing_extensions import Self
+
+from . import _native, serialization
+from ._ids import ObjectID, as_bytes
+
+__all__ = ["Client", "Event", "NotAvailable", "connect"]
+
+IdLike = Union[ObjectID, bytes]
+
+
+class _NotAvailableType:
+    """The result of ``get`` for an object that was not sealed in time."""
+
+    _instance: _NotAvailableType | None = None
+
+    def __new__(cls) -> Self:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ferroplasma.NotAvailable"
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __reduce__(self):
+        return (_NotAvailableType, ())
+
+
+NotAvailable = _NotAvailableType()
+"""Returned by :meth:`Client.get` for objects not sealed within the timeout
+(a timeout is a normal result, not an error). It is falsy."""
+
+
+class Event(NamedTuple):
+    """A subscription event."""
+
+    kind: str  #: "sealed" or "deleted"
+    object_id: ObjectID
+    data_size: int
+    metadata_size: int
+
+
+def _timeout_ms(timeout: float | None) -> int:
+    if timeout is None:
+        return -1
+    if timeout < 0:
+        raise ValueError("timeout must be None (wait forever) or >= 0 seconds")
+    return round(timeout * 1000)
+
+
+class Client:
+    """A connection to a ferroplasma store.
+
+    Safe to share between threads; blocking calls release the GIL. After
+    ``os.fork()`` the child must connect a new client (using this one raises
+    :class:`~ferroplasma.errors.ForkedClient`).
+
+    >>> import ferroplasma as fp, numpy as np
+    >>> with fp.start_store("64MiB") as store:            # doctest: +SKIP
+    ...     client = fp.connect(store.socket)
+    ...     oid = client.put(np.arange(10))
+    ...     client.get(oid)
+    array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    """
+
+    def __init__(self, socket: str | None = None) -> None:
+        self._native = _native.NativeClient(socket)
+        self._creating: dict[bytes, _native.WritableBuffer] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ properties
+
+    @property
+    def socket(self) -> str:
+        """The store's socket path."""
+        return self._native.socket
+
+    @property
+    def capacity(self) -> int:
+        """Bytes the store manages."""
+        return self._native.capacity
+
+    # ------------------------------------------------------------ raw buffers
+
+    def create(self, object_id: IdLike, size: int, metadata: bytes = b"") -> _native.WritableBuffer:
+        """Allocates an object of ``size`` bytes and returns its writable
+        buffer (use it with ``memoryview`` or ``numpy.frombuffer``). Call
+        :meth:`seal` when it is written, then :meth:`release`.
+
+        Raises ObjectExists if the id is taken, StoreFull if it cannot fit.
+        """
+        oid = as_bytes(object_id)
+        buf = self._native.create(oid, size, bytes(metadata))
+        with self._lock:
+            self._creating[oid] = buf
+        return buf
+
+    def seal(self, object_id: IdLike) -> None:
+        """Makes a created object immutable and visible to every client.
+        New views of its buffer are read-only from now on."""
+        oid = as_bytes(object_id)
+        with self._lock:
+            buf = self._creating.pop(oid, None)
+        self._native.seal(oid, buf)
+
+    def abort(self, object_id: IdLike) -> None:
+        """Discards an object this client created and has not sealed."""
+        oid = as_bytes(object_id)
+        self._native.abort(oid)
+        with self._lock:
+            self._creating.pop(oid, None)
+
+    def create_and_seal(self, object_id: IdLike, data: Any, metadata: bytes = b"") -> None:
+        """Creates, fills and seals a small object (up to 8 MiB) in one message."""
+        self._native.create_and_seal(as_bytes(object_id), data, bytes(metadata))
+
+    def get_buffers(
+        self, object_ids: Sequence[IdLike], timeout: float | None = None
+    ) -> builtins.list[_native.Buffer | None]:
+        """Read-only, zero-copy buffers of sealed objects, waiting up to
+        ``timeout`` seconds (None: forever, 0: not at all) for those not yet
+        sealed; None for objects not available in time. Each buffer keeps
+        its object alive until it (and every view of it) is garbage."""
+        ids = [as_bytes(o) for o in object_ids]
+        return self._native.get_buffers(ids, _timeout_ms(timeout))
+
+    def release(self, object_id: IdLike) -> None:
+        """Drops the reference :meth:`create` took. (Buffers from
+        :meth:`get_buffers` release themselves when garbage collected.)"""
+        self._native.release(as_bytes(object_id))
+
+    # ------------------------------------------------------------ objects
+
+    def put(self, obj: Any, object_id: IdLike | None = None, metadata: bytes = b"") -> ObjectID:
+        """Stores a Python object and returns its id (a random one unless
+        given). numpy arrays, pandas objects, Arrow tables and any nesting
+        of them are copied once, into shared memory; other objects cost what
+        pickling them costs.
+
+        >>> oid = client.put({"weights": np.zeros(1000)})    # doctest: +SKIP
+        """
+        oid = ObjectID(as_bytes(object_id)) if object_id is not None else ObjectID.random()
+        plan = serialization.plan(obj)
+        raw = oid.binary()
+        buf = self._native.create(raw, plan.size, bytes(metadata))
+        try:
+            view = memoryview(buf)
+            plan.fill(view)
+            view.release()
+            self._native.seal(raw, buf)
+        except BaseException:
+            # The first error is the one to report.
+            with contextlib.suppress(Exception):
+                self._native.abort(raw)
+            raise
+        self._native.release(raw)
+        return oid
+
+    @overload
+    def get(self, object_id: IdLike, timeout: float | None = None) -> Any: ...
+
+    @overload
+    def get(
+        self, object_id: Sequence[IdLike], timeout: float | None = None
+    ) -> builtins.list[Any]: ...
+
+    def get(self, object_id, timeout=None):
+        """Gets one object (or a list of them, in one round trip), waiting up
+        to ``timeout`` seconds for those not yet sealed. Arrays, frames and
+        tables come back as read-only views of shared memory, kept alive as
+        long as they are referenced. Objects not available in time come back
+        as :data:`NotAvailable`.
+
+        >>> client.get(oid)["weights"].flags.writeable       # doctest: +SKIP
+        False
+        """
+        single = isinstance(object_id, (ObjectID, bytes, bytearray))
+        ids = [object_id] if single else list(object_id)
+        bufs = self.get_buffers(ids, timeout)
+        out = [NotAvailable if b is None else serialization.read(b) for b in bufs]
+        return out[0] if single else out
+
+    # ------------------------------------------------------------ queries
+
+    def contains(self, object_id: IdLike | Sequence[IdLike]):
+        """True if the object is sealed in the store (a list for a list)."""
+        if isinstance(object_id, (ObjectID, bytes, bytearray)):
+            return self._native.contains([as_bytes(object_id)])[0]
+        return self._native.contains([as_bytes(o) for o in object_id])
+
+    def delete(self, object_ids: IdLike | Sequence[IdLike]) -> builtins.list[str]:
+        """Deletes objects now, or when their last reference goes. One of
+        "deleted", "deferred", "not_found" per id."""
+        if isinstance(object_ids, (ObjectID, bytes, bytearray)):
+            object_ids = [object_ids]
+        return self._native.delete([as_bytes(o) for o in object_ids])
+
+    def list(self) -> dict[ObjectID, dict[str, Any]]:
+        """Every object: data_size, metadata_size, ref_count, state
+        ("created"/"sealed"), create_time and construct_duration (seconds),
+        delete_pending."""
+        out = {}
+        for d in self._native.list():
+            out[ObjectID(d.pop("object_id"))] = d
+        return out
+
+    def evict(self, num_bytes: int) -> int:
+        """Evicts least recently used, unreferenced objects until at least
+        ``num_bytes`` are freed; returns the bytes freed."""
+        return self._native.evict(num_bytes)[0]
+
+    def stats(self) -> dict[str, Any]:
+        """capacity, used, objects, sealed_objects, referenced_objects,
+        clients, evictions, evicted_bytes, largest_free_block, free_blocks,
+        fragmentation."""
+        return self._native.stats()
+
+    def subscribe(self) -> Subscription:
+        """An iterator of :class:`Event` for every seal and deletion."""
+        return Subscription(self._native.subscribe())
+
+    def __repr__(self) -> str:
+        return f"<ferroplasma.Client socket={self.socket!r}>"
+
+
+class Subscription:
+    """Seal and delete events, in order. Iterate, or call :meth:`next` with
+    a timeout."""
+
+    def __init__(self, native: _native.NativeSubscription) -> None:
+        self._native = native
+
+    def next(self, timeout: float | None = None) -> Event | None:
+        """The next event, or None if none came within ``timeout`` seconds."""
+        ev = self._native.next_event(timeout)
+        if ev is None:
+            return None
+        kind, oid, data_size, meta_size = ev
+        return Event(kind, ObjectID(oid), data_size, meta_size)
+
+    def fileno(self) -> int:
+        """The socket, for ``selectors``/``select``."""
+        return self._native.fileno()
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        ev = self.next(None)
+        if ev is None:  # pragma: no cover - next(None) blocks until an event
+            raise StopIteration
+        return ev
+
+
+def connect(socket: str | None = None) -> Client:
+    """Connects to a store: ``socket``, else ``$FERROPLASMA_SOCKET``, else
+    ``/tmp/ferroplasma.sock``. Raises StoreUnavailable if none answers."""
+    return Client(socket)
+
+
+_default: Client | None = None
+_default_pid = 0
+_default_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """The module-level client used by ``ferroplasma.put``/``get``;
+    reconnected automatically in a forked child."""
+    global _default, _default_pid
+    with _default_lock:
+        if _default is None or _default_pid != os.getpid():
+            _default = Client(None)
+            _default_pid = os.getpid()
+        return _default

@@ -1,0 +1,84 @@
+"""The exceptions ferroplasma raises.
+
+Every error derives from :class:`FerroplasmaError` and also from the builtin
+it resembles, so ``except KeyError`` catches a missing object and
+``except MemoryError`` a full store.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Disconnected",
+    "FerroplasmaError",
+    "ForkedClient",
+    "InvalidObjectState",
+    "InvalidRequest",
+    "ObjectExists",
+    "ObjectLost",
+    "ObjectNotFound",
+    "ObjectNotHeld",
+    "ObjectTooLarge",
+    "ProtocolError",
+    "SerializationError",
+    "StoreFull",
+    "StoreUnavailable",
+]
+
+
+class FerroplasmaError(Exception):
+    """Base class of every ferroplasma error."""
+
+
+class ObjectExists(FerroplasmaError, FileExistsError):
+    """An object with this id already exists (sealed, or being created)."""
+
+
+class ObjectNotFound(FerroplasmaError, KeyError):
+    """No object has this id."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class StoreFull(FerroplasmaError, MemoryError):
+    """The object does not fit, even after evicting every unused object."""
+
+
+class StoreUnavailable(FerroplasmaError, ConnectionError):
+    """No store answers on the socket: start one (``ferroplasma store``)."""
+
+
+class Disconnected(FerroplasmaError, ConnectionError):
+    """The connection to the store broke."""
+
+
+class InvalidObjectState(FerroplasmaError, RuntimeError):
+    """Seal or abort of an object that is sealed or that another client created."""
+
+
+class ObjectTooLarge(FerroplasmaError, ValueError):
+    """A size or count over the store's limits."""
+
+
+class InvalidRequest(FerroplasmaError, ValueError):
+    """A malformed argument, such as an id that is not 20 bytes."""
+
+
+class ProtocolError(FerroplasmaError, RuntimeError):
+    """Client and store disagree about the protocol (e.g. different versions)."""
+
+
+class ObjectNotHeld(FerroplasmaError, ValueError):
+    """Release of an object this client holds no reference to."""
+
+
+class ForkedClient(FerroplasmaError, RuntimeError):
+    """A client was used in a child process after fork(): connect a new one."""
+
+
+class ObjectLost(FerroplasmaError, LookupError):
+    """Every copy of the object was on a host that is gone (cluster mode)."""
+
+
+class SerializationError(FerroplasmaError, ValueError):
+    """The object's bytes are not in ferroplasma's serialization format."""

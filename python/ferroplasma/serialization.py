@@ -1,0 +1,191 @@
+"""How Python objects are laid out in the store (format version 1).
+
+``put`` writes an object straight into its allocation; ``get`` rebuilds it
+with its large buffers as views of shared memory (no copy, no parse of the
+data). The layout (all integers little-endian, every region 64-byte aligned)::
+
+    offset  size  field
+    0       4     magic b"FPSO"
+    4       1     format version (1)
+    5       1     kind: 0 = pickle protocol 5, 1 = Arrow IPC stream of a
+                  Table, 2 = Arrow IPC stream of a RecordBatch
+    6       2     reserved (0)
+    8       4     n = number of out-of-band buffers
+    12      4     reserved (0)
+    16      8     offset of the payload (pickle stream or IPC stream)
+    24      8     length of the payload
+    32      16*n  (offset, length) of each out-of-band buffer, in order
+    ...           padding to 64, payload, padding, buffers (each at a
+                  multiple of 64 from the start of the object)
+
+A pickle payload is loaded with ``pickle.loads(payload, buffers=[...])``
+where each buffer is a read-only ``memoryview`` of shared memory: numpy
+arrays, pandas blocks and Arrow buffers become views of the store. A
+top-level ``pyarrow.Table`` or ``RecordBatch`` is stored as a plain Arrow IPC
+stream, so any Arrow implementation can read it from the store. An object
+without the magic (made with ``create``/``seal``) comes back as a read-only
+``memoryview`` of its bytes.
+"""
+
+from __future__ import annotations
+
+import collections
+import copyreg
+import io
+import pickle
+import struct
+import sys
+from typing import Any, ClassVar, Callable
+
+from .errors import SerializationError
+
+__all__ = ["MAGIC", "VERSION", "plan", "read", "write"]
+
+MAGIC = b"FPSO"
+VERSION = 1
+KIND_PICKLE = 0
+KIND_ARROW_TABLE = 1
+KIND_ARROW_BATCH = 2
+
+_HEAD = struct.Struct("<4sBBHIIQQ")
+_ENTRY = struct.Struct("<QQ")
+ALIGN = 64
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def _memoryview_from(buf: Any, fmt: str, shape: tuple[int, ...]) -> memoryview:
+    return memoryview(buf).cast("B").cast(fmt, shape) if shape else memoryview(buf)
+
+
+def _reduce_memoryview(mv: memoryview):
+    if mv.c_contiguous:
+        return _memoryview_from, (pickle.PickleBuffer(mv), mv.format, mv.shape)
+    return memoryview, (mv.tobytes(),)
+
+
+class _Pickler(pickle.Pickler):
+    """pickle protocol 5, plus memoryviews (as zero-copy buffers)."""
+
+    # Our reducers first, then everything registered with copyreg.
+    dispatch_table: ClassVar[collections.ChainMap] = collections.ChainMap({memoryview: _reduce_memoryview}, copyreg.dispatch_table)
+
+
+class Plan:
+    """What ``put`` will write: the size to allocate and how to fill it."""
+
+    __slots__ = ("_fill", "size")
+
+    def __init__(self, size: int, fill: Callable[[memoryview], None]) -> None:
+        self.size = size
+        self._fill = fill
+
+    def fill(self, target: memoryview) -> None:
+        """Writes the object into ``target`` (exactly ``size`` bytes)."""
+        self._fill(target)
+
+
+def _header(kind: int, payload: tuple[int, int], buffers: list[tuple[int, int]]) -> bytes:
+    head = _HEAD.pack(MAGIC, VERSION, kind, 0, len(buffers), 0, payload[0], payload[1])
+    return head + b"".join(_ENTRY.pack(o, n) for o, n in buffers)
+
+
+def _arrow_plan(obj: Any, kind: int) -> Plan:
+    import pyarrow as pa
+
+    sink = pa.MockOutputStream()
+    with pa.ipc.new_stream(sink, obj.schema) as w:
+        w.write(obj)
+    size = sink.size()
+    start = _align(_HEAD.size)
+    head = _header(kind, (start, size), [])
+
+    def fill(target: memoryview) -> None:
+        target[: len(head)] = head
+        out = pa.FixedSizeBufferWriter(pa.py_buffer(target[start : start + size]))
+        with pa.ipc.new_stream(out, obj.schema) as w:
+            w.write(obj)
+
+    return Plan(start + size, fill)
+
+
+def plan(obj: Any) -> Plan:
+    """Serializes ``obj`` as far as possible without copying its large
+    buffers, and says how much room it needs in the store."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        if isinstance(obj, pa.Table):
+            return _arrow_plan(obj, KIND_ARROW_TABLE)
+        if isinstance(obj, pa.RecordBatch):
+            return _arrow_plan(obj, KIND_ARROW_BATCH)
+    oob: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    try:
+        _Pickler(stream, protocol=5, buffer_callback=oob.append).dump(obj)
+    except (pickle.PicklingError, TypeError, AttributeError) as e:
+        raise SerializationError(f"cannot serialize {type(obj).__name__}: {e}") from e
+    payload = stream.getbuffer()
+    raws = [b.raw() for b in oob]
+    cursor = _align(_HEAD.size + _ENTRY.size * len(raws))
+    payload_at = cursor
+    cursor = _align(cursor + len(payload))
+    entries = []
+    for r in raws:
+        entries.append((cursor, r.nbytes))
+        cursor = _align(cursor + r.nbytes)
+    head = _header(KIND_PICKLE, (payload_at, len(payload)), entries)
+    size = max(cursor, payload_at + len(payload))
+
+    def fill(target: memoryview) -> None:
+        target[: len(head)] = head
+        target[payload_at : payload_at + len(payload)] = payload
+        for (off, n), r in zip(entries, raws):
+            target[off : off + n] = r
+
+    return Plan(size, fill)
+
+
+def write(obj: Any) -> bytes:
+    """The serialized bytes of ``obj`` (for tests and for transports)."""
+    p = plan(obj)
+    out = bytearray(p.size)
+    p.fill(memoryview(out))
+    return bytes(out)
+
+
+def read(data: Any) -> Any:
+    """Rebuilds an object from its serialized bytes (any buffer); large
+    buffers stay views of ``data``."""
+    mv = memoryview(data)
+    if mv.ndim != 1 or mv.format != "B":
+        mv = mv.cast("B")
+    if mv.nbytes < _HEAD.size or mv[:4] != MAGIC:
+        return mv
+    _magic, version, kind, _, n, _, p_off, p_len = _HEAD.unpack_from(mv, 0)
+    if version != VERSION:
+        raise SerializationError(
+            f"object written with format version {version}; this ferroplasma reads "
+            f"version {VERSION}: upgrade ferroplasma"
+        )
+    end = _HEAD.size + _ENTRY.size * n
+    if end > mv.nbytes or p_off + p_len > mv.nbytes:
+        raise SerializationError("corrupt object header (offsets past the end)")
+    payload = mv[p_off : p_off + p_len]
+    if kind == KIND_PICKLE:
+        bufs = []
+        for i in range(n):
+            off, ln = _ENTRY.unpack_from(mv, _HEAD.size + _ENTRY.size * i)
+            if off + ln > mv.nbytes:
+                raise SerializationError("corrupt object header (buffer past the end)")
+            bufs.append(mv[off : off + ln])
+        return pickle.loads(payload, buffers=bufs)
+    if kind in (KIND_ARROW_TABLE, KIND_ARROW_BATCH):
+        import pyarrow as pa
+
+        reader = pa.ipc.open_stream(pa.py_buffer(payload))
+        if kind == KIND_ARROW_TABLE:
+            return reader.read_all()
+        return reader.read_next_batch()
+    raise SerializationError(f"unknown object kind {kind}")
