@@ -35,7 +35,7 @@ import io
 import pickle
 import struct
 import sys
-from typing import Any, ClassVar, Callable
+from typing import Any, Callable, ClassVar
 
 from .errors import SerializationError
 
@@ -70,7 +70,9 @@ class _Pickler(pickle.Pickler):
     """pickle protocol 5, plus memoryviews (as zero-copy buffers)."""
 
     # Our reducers first, then everything registered with copyreg.
-    dispatch_table: ClassVar[collections.ChainMap] = collections.ChainMap({memoryview: _reduce_memoryview}, copyreg.dispatch_table)
+    dispatch_table: ClassVar[collections.ChainMap] = collections.ChainMap(
+        {memoryview: _reduce_memoryview}, copyreg.dispatch_table
+    )
 
 
 class Plan:

@@ -69,7 +69,7 @@ def start_store(
         socket = os.path.join(tmp, "store.sock")
     log_path = os.path.join(tmp, "store.log")
     args = [sys.executable, "-m", "ferroplasma", "store", "--memory", str(memory)]
-    args += ["--socket", socket] + _flags(options)
+    args += ["--socket", socket, *_flags(options)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
@@ -100,8 +100,10 @@ def _wait_ready(proc: subprocess.Popen, socket: str, log_path: str, timeout: flo
         try:
             _native.NativeClient(socket)
             return
-        except StoreUnavailable:
+        except StoreUnavailable as e:
             if time.monotonic() > deadline:
                 proc.kill()
-                raise StoreUnavailable(f"the store did not answer on {socket} within {timeout} s")
+                raise StoreUnavailable(
+                    f"the store did not answer on {socket} within {timeout} s"
+                ) from e
             time.sleep(0.01)
