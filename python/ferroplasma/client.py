@@ -14,8 +14,6 @@ from typing import (
     overload,
 )
 
-from typing_extensions import Self
-
 from . import _native, serialization
 from ._ids import ObjectID, as_bytes
 
@@ -29,7 +27,7 @@ class _NotAvailableType:
 
     _instance: _NotAvailableType | None = None
 
-    def __new__(cls) -> Self:
+    def __new__(cls) -> _NotAvailableType:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
