@@ -7,31 +7,42 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test lint fmt bench clean
+.PHONY: help build run test test-rust test-python lint fmt bench bench-python clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(VENV)/bin/activate:
+# Python tools and test dependencies, from PyPI, into .venv (once).
+$(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff pytest numpy pandas pyarrow matplotlib
+	touch $@
 
-build: $(VENV)/bin/activate ## Build (release) and install the `ferroplasma` command into .venv/bin
-	$(CARGO) build --release --bin ferroplasma
-	install -m 0755 target/release/ferroplasma $(VENV)/bin/ferroplasma
-	@echo "built: $(VENV)/bin/ferroplasma"
+build: $(VENV)/.deps ## Build (release) the Python package into .venv, with the `ferroplasma` command
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release -q
+	@echo "built: $(VENV)/bin/ferroplasma and 'import ferroplasma' in $(VENV)"
 
 run: build ## Build and start a store with the defaults (Ctrl-C stops it); ARGS="..." adds flags
 	$(VENV)/bin/ferroplasma store $(ARGS)
 
-test: ## Run every test (unit, property, integration against real stores)
+test: test-rust test-python ## Run every test (Rust and Python, against real stores)
+
+test-rust: ## Rust unit, property and integration tests
 	$(CARGO) test --workspace
 
-lint: ## cargo fmt --check and clippy with warnings as errors
+test-python: build ## Python tests (pytest) against real stores
+	$(VENV)/bin/python -m pytest -q python/tests
+
+lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python bench
+	$(VENV)/bin/ruff format --check python bench
 
-fmt: ## Format the code
+fmt: $(VENV)/.deps ## Format the code
 	$(CARGO) fmt --all
+	$(VENV)/bin/ruff format python bench
 
 bench: ## Per-operation latency next to a Unix-socket round trip, as ratios
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench

@@ -66,13 +66,49 @@ def _reduce_memoryview(mv: memoryview):
     return memoryview, (mv.tobytes(),)
 
 
+def _ndarray_from(buf: Any, dtype: Any, shape: tuple, order: str) -> Any:
+    arr = sys.modules["numpy"].frombuffer(buf, dtype)
+    if len(shape) != 1:
+        arr = arr.reshape(shape, order=order)
+    return arr
+
+
+def _reduce_ndarray(arr: Any):
+    """numpy arrays as one out-of-band buffer, rebuilt by ``frombuffer``
+    (numpy's own path costs ~3x more per array)."""
+    if arr.dtype.hasobject or not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        return arr.__reduce_ex__(5)
+    order = "C" if arr.flags.c_contiguous else "F"
+    try:
+        if arr.dtype.kind in "Mm":  # datetimes export no buffer: same bytes as ints
+            raw = pickle.PickleBuffer(arr.view(f"i{arr.dtype.itemsize}"))
+        else:
+            raw = pickle.PickleBuffer(arr)
+    except (ValueError, TypeError):
+        return arr.__reduce_ex__(5)
+    if arr.ndim == 1:
+        # Rebuilt by numpy.frombuffer itself: no Python-level call at all.
+        return sys.modules["numpy"].frombuffer, (raw, arr.dtype)
+    return _ndarray_from, (raw, arr.dtype, arr.shape, order)
+
+
+_OURS: dict = {memoryview: _reduce_memoryview}
+
+
 class _Pickler(pickle.Pickler):
-    """pickle protocol 5, plus memoryviews (as zero-copy buffers)."""
+    """pickle protocol 5, plus memoryviews (as zero-copy buffers) and a
+    faster rebuild of numpy arrays."""
 
     # Our reducers first, then everything registered with copyreg.
     dispatch_table: ClassVar[collections.ChainMap] = collections.ChainMap(
-        {memoryview: _reduce_memoryview}, copyreg.dispatch_table
+        _OURS, copyreg.dispatch_table
     )
+
+
+def _register_numpy() -> None:
+    np = sys.modules.get("numpy")
+    if np is not None and np.ndarray not in _OURS:
+        _OURS[np.ndarray] = _reduce_ndarray
 
 
 class Plan:
@@ -122,6 +158,7 @@ def plan(obj: Any) -> Plan:
             return _arrow_plan(obj, KIND_ARROW_TABLE)
         if isinstance(obj, pa.RecordBatch):
             return _arrow_plan(obj, KIND_ARROW_BATCH)
+    _register_numpy()
     oob: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     try:
@@ -176,12 +213,11 @@ def read(data: Any) -> Any:
         raise SerializationError("corrupt object header (offsets past the end)")
     payload = mv[p_off : p_off + p_len]
     if kind == KIND_PICKLE:
-        bufs = []
-        for i in range(n):
-            off, ln = _ENTRY.unpack_from(mv, _HEAD.size + _ENTRY.size * i)
-            if off + ln > mv.nbytes:
-                raise SerializationError("corrupt object header (buffer past the end)")
-            bufs.append(mv[off : off + ln])
+        table = mv[_HEAD.size : end].cast("Q").tolist() if n else []
+        offs, lens = table[0::2], table[1::2]
+        if n and max(o + ln for o, ln in zip(offs, lens)) > mv.nbytes:
+            raise SerializationError("corrupt object header (buffer past the end)")
+        bufs = [mv[o : o + ln] for o, ln in zip(offs, lens)]
         return pickle.loads(payload, buffers=bufs)
     if kind in (KIND_ARROW_TABLE, KIND_ARROW_BATCH):
         import pyarrow as pa

@@ -10,8 +10,10 @@ use ferroplasma_protocol::{IdHasher, ObjectId};
 use memmap2::MmapOptions;
 use std::collections::HashMap;
 use std::fs::File;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 pub use pb::StatsReply as Stats;
@@ -58,11 +60,25 @@ pub(crate) struct Inner {
     capacity: u64,
     max_inline: u64,
     socket: PathBuf,
+    /// The socket's write side: requests and releases. Held only while
+    /// writing, so a release never waits behind a blocking get.
+    writer: Mutex<UnixStream>,
     /// References this process holds, per object.
     held: Mutex<HashMap<ObjectId, u64, IdHasher>>,
-    /// Releases that could not take the connection at once; sent with the
-    /// next request, as one message.
-    deferred_releases: Mutex<Vec<ObjectId>>,
+    /// Releases not sent yet: they go out with the next request, or within
+    /// [`RELEASE_DELAY`] by the flusher thread, as one message.
+    deferred: Mutex<Deferred>,
+    flusher_wake: Condvar,
+}
+
+/// How long a release may wait for a request to ride along with.
+pub const RELEASE_DELAY: Duration = Duration::from_millis(1);
+
+#[derive(Debug, Default)]
+struct Deferred {
+    ids: Vec<ObjectId>,
+    flusher_started: bool,
+    flusher_waiting: bool,
 }
 
 /// A connection to a store. Cheap to clone; clones share the connection, and
@@ -106,8 +122,14 @@ impl Client {
             .len(arena.size as usize)
             .map_raw(&file)
             .map_err(|e| ClientError::Protocol(format!("cannot map the store's memory: {e}")))?;
+        let writer = hs
+            .conn
+            .stream
+            .try_clone()
+            .map_err(ClientError::Disconnected)?;
         Ok(Self {
             inner: Arc::new(Inner {
+                writer: Mutex::new(writer),
                 conn: Mutex::new(hs.conn),
                 mapping: Mapping::new(map),
                 pid: std::process::id(),
@@ -116,7 +138,8 @@ impl Client {
                 max_inline: hs.reply.max_inline_size,
                 socket: path,
                 held: Mutex::new(HashMap::default()),
-                deferred_releases: Mutex::new(Vec::new()),
+                deferred: Mutex::new(Deferred::default()),
+                flusher_wake: Condvar::new(),
             }),
         })
     }
@@ -274,17 +297,18 @@ impl Client {
 
     /// Drops one reference this client holds to `id` (taken by `create`).
     /// Buffers from [`Client::get`] release themselves when dropped.
-    /// Never waits for the store.
+    /// Never waits: the release reaches the store with this client's next
+    /// request, or within [`RELEASE_DELAY`] (1 ms).
     pub fn release(&self, id: ObjectId) -> Result<()> {
         self.inner.check_pid()?;
         if !self.inner.take_held(id) {
             return Err(ClientError::NotHeld(id));
         }
-        self.inner.send_release(id)
+        self.inner.defer_releases(vec![id]);
+        Ok(())
     }
 
-    /// Releases many buffers with one message (dropping them one by one
-    /// sends one message each).
+    /// Releases many buffers at once, sent to the store now as one message.
     pub fn release_buffers(&self, buffers: impl IntoIterator<Item = ObjectBuffer>) -> Result<()> {
         self.inner.check_pid()?;
         let mut ids = Vec::new();
@@ -298,7 +322,8 @@ impl Client {
                 }
             }
         }
-        self.inner.send_releases(ids)
+        self.inner.defer_releases(ids);
+        self.inner.write_frames(&[])
     }
 
     /// Whether each object is sealed in the store.
@@ -380,16 +405,14 @@ impl Client {
         Subscription::open(&self.inner.socket)
     }
 
-    /// Sends a request and waits for its reply.
+    /// Sends a request (after any deferred releases, in the same write) and
+    /// waits for its reply.
     fn call(&self, body: request::Body) -> Result<reply::Body> {
         self.inner.check_pid()?;
         let mut conn = self.inner.lock_conn();
-        self.inner.queue_deferred_releases(&mut conn);
-        let r = conn.call(body);
-        // Releases that arrived while we waited go out now.
-        self.inner.queue_deferred_releases(&mut conn);
-        let _ = conn.flush();
-        r
+        let (id, frame) = conn.encode_request(body);
+        self.inner.write_frames(&frame)?;
+        conn.wait_reply(id)
     }
 }
 
@@ -429,59 +452,92 @@ impl Inner {
         take_one(&mut self.held.lock().unwrap_or_else(|p| p.into_inner()), id)
     }
 
-    /// Sends a Release now if the connection is free, else defers it to the
-    /// next request (so a release never waits behind a blocking get).
-    fn send_release(&self, id: ObjectId) -> Result<()> {
-        self.send_releases(vec![id])
-    }
-
-    fn send_releases(&self, ids: Vec<ObjectId>) -> Result<()> {
-        if ids.is_empty() {
+    /// Writes any deferred releases, then `frames`, in one write.
+    fn write_frames(&self, frames: &[u8]) -> Result<()> {
+        let ids = std::mem::take(&mut self.lock_deferred().ids);
+        let mut out = Vec::new();
+        if !ids.is_empty() {
+            let release = pb::Request {
+                request_id: 0,
+                body: Some(request::Body::Release(pb::Release {
+                    object_ids: ferroplasma_protocol::pack_ids(&ids),
+                })),
+            };
+            out = ferroplasma_protocol::frame::encode_frame(&release);
+        }
+        if out.is_empty() && frames.is_empty() {
             return Ok(());
         }
-        match self.conn.try_lock() {
-            Ok(mut conn) => {
-                self.queue_deferred_releases(&mut conn);
-                conn.queue(request::Body::Release(pb::Release {
-                    object_ids: ferroplasma_protocol::pack_ids(&ids),
-                }));
-                conn.flush()
-            }
-            Err(_) => {
-                self.deferred_releases
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(ids);
-                // The holder may have finished meanwhile: try once more, so
-                // the release does not wait for the next request.
-                if let Ok(mut conn) = self.conn.try_lock() {
-                    self.queue_deferred_releases(&mut conn);
-                    conn.flush()?;
-                }
-                Ok(())
-            }
-        }
+        out.extend_from_slice(frames);
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        w.write_all(&out).map_err(ClientError::Disconnected)
     }
 
-    fn queue_deferred_releases(&self, conn: &mut Conn) {
-        let ids = std::mem::take(
-            &mut *self
-                .deferred_releases
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        if !ids.is_empty() {
-            conn.queue(request::Body::Release(pb::Release {
-                object_ids: ferroplasma_protocol::pack_ids(&ids),
-            }));
+    fn lock_deferred(&self) -> MutexGuard<'_, Deferred> {
+        self.deferred.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues releases for the next write; makes sure the flusher will send
+    /// them within [`RELEASE_DELAY`] if no request comes first.
+    fn defer_releases(self: &Arc<Self>, ids: Vec<ObjectId>) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut d = self.lock_deferred();
+        let was_empty = d.ids.is_empty();
+        d.ids.extend(ids);
+        if !d.flusher_started {
+            d.flusher_started = true;
+            let weak = Arc::downgrade(self);
+            let spawned = std::thread::Builder::new()
+                .name("ferroplasma-release".into())
+                .spawn(move || flusher(weak));
+            if spawned.is_err() {
+                // No thread: send now instead.
+                d.flusher_started = false;
+                drop(d);
+                let _ = self.write_frames(&[]);
+            }
+        } else if was_empty && d.flusher_waiting {
+            self.flusher_wake.notify_one();
         }
     }
 
     /// Release from a buffer's Drop: errors are dropped (after a fork, or
     /// when the store is gone, there is nobody to tell).
-    pub(crate) fn release_quietly(&self, id: ObjectId) {
+    pub(crate) fn release_quietly(self: &Arc<Self>, id: ObjectId) {
         if self.check_pid().is_ok() && self.take_held(id) {
-            let _ = self.send_release(id);
+            self.defer_releases(vec![id]);
+        }
+    }
+}
+
+/// Sends deferred releases that no request took along, at most
+/// [`RELEASE_DELAY`] after they were deferred. Sleeps while there are none;
+/// ends when the client is gone.
+fn flusher(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        {
+            let mut d = inner.lock_deferred();
+            while d.ids.is_empty() {
+                d.flusher_waiting = true;
+                let (g, _) = inner
+                    .flusher_wake
+                    .wait_timeout(d, Duration::from_millis(200))
+                    .unwrap_or_else(|p| p.into_inner());
+                d = g;
+                d.flusher_waiting = false;
+                if d.ids.is_empty() && Arc::strong_count(&inner) == 1 {
+                    return; // only this thread still knows the client
+                }
+            }
+        }
+        drop(inner);
+        std::thread::sleep(RELEASE_DELAY);
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.check_pid().is_err() || inner.write_frames(&[]).is_err() {
+            return;
         }
     }
 }

@@ -102,6 +102,17 @@ impl Conn {
     pub fn call(&mut self, body: request::Body) -> Result<reply::Body> {
         let id = self.queue(body);
         self.flush()?;
+        self.wait_reply(id)
+    }
+
+    /// Encodes a request as a frame, for the caller to write; returns its id.
+    pub fn encode_request(&mut self, body: request::Body) -> (u64, Vec<u8>) {
+        let id = self.queue(body);
+        (id, std::mem::take(&mut self.outbuf))
+    }
+
+    /// Reads replies until the one for request `id` (an error reply becomes `Err`).
+    pub fn wait_reply(&mut self, id: u64) -> Result<reply::Body> {
         loop {
             let reply = self.read_reply()?;
             if reply.request_id != id {

@@ -1,10 +1,10 @@
 //! The `ferroplasma` command line, shared by the binary and the Python
 //! package's console script.
 
-use clap::{Parser, Subcommand};
-use ferroplasma_client::Client;
 use crate::config::human;
 use crate::StoreConfig;
+use clap::{Parser, Subcommand};
+use ferroplasma_client::Client;
 use std::path::PathBuf;
 
 /// ferroplasma: a shared-memory object store for immutable data.
@@ -41,7 +41,9 @@ struct Target {
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match cli.command {
-        Command::Store(cfg) => crate::run(cfg).map_err(|e| format!("cannot run the store: {}", chain(&e)).into()),
+        Command::Store(cfg) => {
+            crate::run(cfg).map_err(|e| format!("cannot run the store: {}", chain(&e)).into())
+        }
         Command::Stats(t) => {
             let c = Client::connect(t.socket.as_deref())?;
             let s = c.stats()?;

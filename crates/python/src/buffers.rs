@@ -155,7 +155,16 @@ impl WritableBuffer {
         }
         // Safety: the allocation lies in the mapping kept alive by `inner`,
         // which lives as long as `slf`, which the view references.
-        unsafe { fill(view, slf.as_any(), me.inner.data_ptr(), me.inner.len(), writable, flags) }
+        unsafe {
+            fill(
+                view,
+                slf.as_any(),
+                me.inner.data_ptr(),
+                me.inner.len(),
+                writable,
+                flags,
+            )
+        }
     }
 
     /// Buffer protocol: nothing to undo.

@@ -11,7 +11,6 @@ use pyo3::types::{PyBytes, PyDict};
 use std::path::PathBuf;
 use std::time::Duration;
 
-
 fn oid(b: &[u8]) -> PyResult<ObjectId> {
     ObjectId::from_slice(b).map_err(|e| InvalidRequest::new_err(e.to_string()))
 }
@@ -108,7 +107,8 @@ impl NativeClient {
         let id = oid(object_id)?;
         let d = bytes_of(py, data)?;
         let m = metadata.to_vec();
-        py.detach(|| self.inner.create_and_seal(id, &d, &m)).py_err()
+        py.detach(|| self.inner.create_and_seal(id, &d, &m))
+            .py_err()
     }
 
     /// Gets objects; `timeout_ms` < 0 waits forever, 0 polls. None for

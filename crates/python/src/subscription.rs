@@ -31,7 +31,12 @@ fn tuple<'py>(py: Python<'py>, e: ferroplasma_client::Event) -> EventTuple<'py> 
         EventKind::Sealed => "sealed",
         EventKind::Deleted => "deleted",
     };
-    (kind, PyBytes::new(py, e.id.as_bytes()), e.data_size, e.metadata_size)
+    (
+        kind,
+        PyBytes::new(py, e.id.as_bytes()),
+        e.data_size,
+        e.metadata_size,
+    )
 }
 
 #[pymethods]
