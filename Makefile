@@ -48,6 +48,9 @@ bench: ## Per-operation latency next to a Unix-socket round trip, as ratios
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench
 	target/release/ferroplasma-bench --json target/bench-latency.json
 
+bench-python: build ## Seed 003 serialization and numpy put/get vs pickle and memcpy; plots into docs/img
+	$(VENV)/bin/python bench/python_serialization.py --out docs
+
 clean: ## Remove build outputs and .venv
 	$(CARGO) clean
 	rm -rf $(VENV)

@@ -21,6 +21,9 @@ __all__ = ["Client", "Event", "NotAvailable", "connect"]
 
 IdLike = Union[ObjectID, bytes]
 
+# Objects up to this size travel inside one create-and-seal message.
+_INLINE_PUT = 64 * 1024
+
 
 class _NotAvailableType:
     """The result of ``get`` for an object that was not sealed in time."""
@@ -158,6 +161,12 @@ class Client:
         oid = ObjectID(as_bytes(object_id)) if object_id is not None else ObjectID.random()
         plan = serialization.plan(obj)
         raw = oid.binary()
+        if plan.size <= _INLINE_PUT:
+            # Small: serialize here and send it in the create message (one round trip).
+            data = bytearray(plan.size)
+            plan.fill(memoryview(data))
+            self._native.create_and_seal(raw, data, bytes(metadata))
+            return oid
         buf = self._native.create(raw, plan.size, bytes(metadata))
         try:
             view = memoryview(buf)

@@ -225,3 +225,24 @@ def test_start_store_passes_options(tmp_path):
         c = s.connect()
         assert c.get(c.put("ok")) == "ok"
         assert list(tmp_path.iterdir()) == [], "the arena file is unlinked"
+
+
+def test_blocking_calls_release_the_gil(client):
+    missing = fp.ObjectID.random()
+    done = threading.Event()
+
+    def waiter():
+        client.get(missing, timeout=1.0)
+        done.set()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.05)
+    # While the other thread waits in the store, this one keeps running Python.
+    spins, t0 = 0, time.monotonic()
+    while time.monotonic() - t0 < 0.3:
+        spins += 1
+    assert not done.is_set(), "the get should still be waiting"
+    assert spins > 10_000, f"the GIL was held during the wait ({spins} loops in 0.3 s)"
+    t.join()
+    assert done.is_set()
