@@ -244,5 +244,25 @@ def test_blocking_calls_release_the_gil(client):
         spins += 1
     assert not done.is_set(), "the get should still be waiting"
     assert spins > 10_000, f"the GIL was held during the wait ({spins} loops in 0.3 s)"
+    # The same client serves this thread meanwhile: requests are multiplexed.
+    t0 = time.monotonic()
+    assert client.get(client.put("meanwhile")) == "meanwhile"
+    assert time.monotonic() - t0 < 0.5 and not done.is_set()
     t.join()
     assert done.is_set()
+
+
+def test_object_ids():
+    import pickle
+
+    a = fp.ObjectID.random()
+    assert len(a.binary()) == 20 and a != fp.ObjectID.random()
+    assert fp.ObjectID(a.binary()) == a and hash(fp.ObjectID(a.binary())) == hash(a)
+    assert str(a) == a.binary().hex() and fp.ObjectID.from_hex(str(a)) == a
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert {a: 1}[fp.ObjectID(a.binary())] == 1
+    for bad in [b"", b"x" * 19, b"x" * 21]:
+        with pytest.raises(fp.InvalidRequest):
+            fp.ObjectID(bad)
+    with pytest.raises(fp.InvalidRequest):
+        fp.ObjectID.from_hex("zz")

@@ -53,7 +53,11 @@ pub struct ObjectInfo {
 /// Shared by a client and every buffer it handed out.
 #[derive(Debug)]
 pub(crate) struct Inner {
+    /// The socket's read side; held by the one thread reading replies.
     conn: Mutex<Conn>,
+    /// Replies read by one thread for another (see `call`).
+    replies: Mutex<Replies>,
+    replies_ready: Condvar,
     mapping: Mapping,
     pid: u32,
     fork_generation: u64,
@@ -73,6 +77,18 @@ pub(crate) struct Inner {
 
 /// How long a release may wait for a request to ride along with.
 pub const RELEASE_DELAY: Duration = Duration::from_millis(1);
+
+/// Replies in flight between threads sharing one client.
+#[derive(Debug, Default)]
+struct Replies {
+    next_id: u64,
+    /// Replies read by another thread, by request id.
+    done: HashMap<u64, pb::Reply>,
+    /// A thread is reading the socket now.
+    reading: bool,
+    /// The connection broke: every waiter gets this error.
+    broken: Option<(std::io::ErrorKind, String)>,
+}
 
 #[derive(Debug, Default)]
 struct Deferred {
@@ -131,6 +147,8 @@ impl Client {
             inner: Arc::new(Inner {
                 writer: Mutex::new(writer),
                 conn: Mutex::new(hs.conn),
+                replies: Mutex::new(Replies::default()),
+                replies_ready: Condvar::new(),
                 mapping: Mapping::new(map),
                 pid: std::process::id(),
                 fork_generation: crate::fork::generation(),
@@ -407,16 +425,85 @@ impl Client {
 
     /// Sends a request (after any deferred releases, in the same write) and
     /// waits for its reply.
+    ///
+    /// Threads sharing the client may have requests in flight at once (the
+    /// store answers a later request while an earlier get waits): whichever
+    /// waiting thread finds nobody reading reads the next reply and hands it
+    /// to its owner, so a thread blocked in a long get holds up no other.
     fn call(&self, body: request::Body) -> Result<reply::Body> {
         self.inner.check_pid()?;
-        let mut conn = self.inner.lock_conn();
-        let (id, frame) = conn.encode_request(body);
-        self.inner.write_frames(&frame)?;
-        conn.wait_reply(id)
+        let inner = &*self.inner;
+        let id = {
+            let mut r = inner.lock_replies();
+            r.next_id += 1;
+            r.next_id
+        };
+        let frame = ferroplasma_protocol::frame::encode_frame(&pb::Request {
+            request_id: id,
+            body: Some(body),
+        });
+        inner.write_frames(&frame)?;
+        let mut r = inner.lock_replies();
+        loop {
+            if let Some(reply) = r.done.remove(&id) {
+                return unwrap_reply(reply);
+            }
+            if let Some((kind, msg)) = &r.broken {
+                return Err(ClientError::Disconnected(std::io::Error::new(
+                    *kind,
+                    msg.clone(),
+                )));
+            }
+            if r.reading {
+                r = inner
+                    .replies_ready
+                    .wait(r)
+                    .unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            r.reading = true;
+            drop(r);
+            let read = inner.lock_conn().read_reply();
+            r = inner.lock_replies();
+            r.reading = false;
+            inner.replies_ready.notify_all();
+            match read {
+                Ok(reply) if reply.request_id == id => return unwrap_reply(reply),
+                Ok(reply) if reply.request_id == 0 => {
+                    // Not an answer to anyone: an error about the stream
+                    // itself, sent before the store closes the connection.
+                    let msg = match reply.body {
+                        Some(reply::Body::Error(e)) => e.message,
+                        _ => "unexpected frame from the store".into(),
+                    };
+                    r.broken = Some((std::io::ErrorKind::InvalidData, msg.clone()));
+                    return Err(ClientError::Protocol(msg));
+                }
+                Ok(reply) => {
+                    r.done.insert(reply.request_id, reply);
+                }
+                Err(e) => {
+                    r.broken = Some((std::io::ErrorKind::BrokenPipe, e.to_string()));
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+fn unwrap_reply(reply: pb::Reply) -> Result<reply::Body> {
+    match reply.body {
+        Some(reply::Body::Error(e)) => Err(e.into()),
+        Some(b) => Ok(b),
+        None => Err(ClientError::Protocol("empty reply".into())),
     }
 }
 
 impl Inner {
+    fn lock_replies(&self) -> MutexGuard<'_, Replies> {
+        self.replies.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn lock_conn(&self) -> MutexGuard<'_, Conn> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -105,12 +105,6 @@ impl Conn {
         self.wait_reply(id)
     }
 
-    /// Encodes a request as a frame, for the caller to write; returns its id.
-    pub fn encode_request(&mut self, body: request::Body) -> (u64, Vec<u8>) {
-        let id = self.queue(body);
-        (id, std::mem::take(&mut self.outbuf))
-    }
-
     /// Reads replies until the one for request `id` (an error reply becomes `Err`).
     pub fn wait_reply(&mut self, id: u64) -> Result<reply::Body> {
         loop {
@@ -135,7 +129,7 @@ impl Conn {
     /// Reads the next reply, with as few reads as the kernel allows (usually
     /// one: header and body arrive together). `inbuf[inpos..inend]` holds
     /// bytes read and not yet parsed; the buffer is zeroed only when it grows.
-    fn read_reply(&mut self) -> Result<pb::Reply> {
+    pub fn read_reply(&mut self) -> Result<pb::Reply> {
         loop {
             let avail = &self.inbuf[self.inpos..self.inend];
             let mut need = HEADER_LEN;

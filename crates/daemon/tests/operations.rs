@@ -426,3 +426,34 @@ fn a_forked_child_gets_a_clear_error_and_can_reconnect() {
     assert_eq!(view[0].as_ref().unwrap().data(), b"parent's");
     assert_eq!(c.list().unwrap()[0].ref_count, 1);
 }
+
+#[test]
+fn a_thread_blocked_in_get_holds_up_no_other_thread_of_the_same_client() {
+    let store = TestStore::start("16MiB");
+    let c = store.client();
+    let missing = ObjectId::random();
+    let waiter = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let got = c.get(&[missing], None).unwrap();
+            got[0].as_ref().map(|b| b.data().to_vec())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    for _ in 0..50 {
+        let id = ObjectId::random();
+        c.put(id, b"meanwhile", b"").unwrap();
+        assert_eq!(
+            c.get(&[id], None).unwrap()[0].as_ref().unwrap().data(),
+            b"meanwhile"
+        );
+        assert!(c.contains(&[id]).unwrap()[0]);
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "requests waited behind the blocked get"
+    );
+    c.put(missing, b"finally", b"").unwrap();
+    assert_eq!(waiter.join().unwrap().as_deref(), Some(&b"finally"[..]));
+}
