@@ -86,6 +86,8 @@ struct Replies {
     done: HashMap<u64, pb::Reply>,
     /// A thread is reading the socket now.
     reading: bool,
+    /// Threads waiting for another to read their reply.
+    waiting: usize,
     /// The connection broke: every waiter gets this error.
     broken: Option<(std::io::ErrorKind, String)>,
 }
@@ -455,10 +457,12 @@ impl Client {
                 )));
             }
             if r.reading {
+                r.waiting += 1;
                 r = inner
                     .replies_ready
                     .wait(r)
                     .unwrap_or_else(|p| p.into_inner());
+                r.waiting -= 1;
                 continue;
             }
             r.reading = true;
@@ -466,7 +470,9 @@ impl Client {
             let read = inner.lock_conn().read_reply();
             r = inner.lock_replies();
             r.reading = false;
-            inner.replies_ready.notify_all();
+            if r.waiting > 0 {
+                inner.replies_ready.notify_all();
+            }
             match read {
                 Ok(reply) if reply.request_id == id => return unwrap_reply(reply),
                 Ok(reply) if reply.request_id == 0 => {
@@ -542,22 +548,23 @@ impl Inner {
     /// Writes any deferred releases, then `frames`, in one write.
     fn write_frames(&self, frames: &[u8]) -> Result<()> {
         let ids = std::mem::take(&mut self.lock_deferred().ids);
-        let mut out = Vec::new();
-        if !ids.is_empty() {
-            let release = pb::Request {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let r = if ids.is_empty() {
+            if frames.is_empty() {
+                return Ok(());
+            }
+            w.write_all(frames)
+        } else {
+            let mut out = ferroplasma_protocol::frame::encode_frame(&pb::Request {
                 request_id: 0,
                 body: Some(request::Body::Release(pb::Release {
                     object_ids: ferroplasma_protocol::pack_ids(&ids),
                 })),
-            };
-            out = ferroplasma_protocol::frame::encode_frame(&release);
-        }
-        if out.is_empty() && frames.is_empty() {
-            return Ok(());
-        }
-        out.extend_from_slice(frames);
-        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        w.write_all(&out).map_err(ClientError::Disconnected)
+            });
+            out.extend_from_slice(frames);
+            w.write_all(&out)
+        };
+        r.map_err(ClientError::Disconnected)
     }
 
     fn lock_deferred(&self) -> MutexGuard<'_, Deferred> {
