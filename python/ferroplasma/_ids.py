@@ -37,6 +37,11 @@ class ObjectID:
         return cls(os.urandom(ID_LEN))
 
     @classmethod
+    def from_random(cls) -> ObjectID:
+        """The same as :meth:`random` (the name pyarrow.plasma used)."""
+        return cls.random()
+
+    @classmethod
     def from_hex(cls, text: str) -> ObjectID:
         """Parses 40 hex characters."""
         try:

@@ -25,4 +25,4 @@ pub use buffer::{MutableBuffer, ObjectBuffer};
 pub use client::{Client, DeleteStatus, ObjectInfo, Stats};
 pub use error::{ClientError, Result};
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
-pub use subscription::{Event, EventKind, Subscription};
+pub use subscription::{decode_event_frames, Event, EventKind, Subscription};

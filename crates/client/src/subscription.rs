@@ -65,24 +65,8 @@ impl Subscription {
     fn read(&mut self) -> Result<Event> {
         loop {
             let r: pb::Reply = read_message(&mut self.conn.stream, MAX_REPLY_FRAME)?;
-            match r.body {
-                Some(reply::Body::Event(e)) => {
-                    let id = ObjectId::from_slice(&e.object_id)
-                        .map_err(|e| ClientError::Protocol(e.to_string()))?;
-                    let kind = if e.kind == pb::EventKind::DeletedEvent as i32 {
-                        EventKind::Deleted
-                    } else {
-                        EventKind::Sealed
-                    };
-                    return Ok(Event {
-                        kind,
-                        id,
-                        data_size: e.data_size,
-                        metadata_size: e.metadata_size,
-                    });
-                }
-                Some(reply::Body::Error(e)) => return Err(e.into()),
-                _ => continue,
+            if let Some(e) = event_of(r)? {
+                return Ok(e);
             }
         }
     }
@@ -96,4 +80,48 @@ impl Iterator for Subscription {
             other => Some(other),
         }
     }
+}
+
+/// The event in a reply frame, if it holds one.
+fn event_of(r: pb::Reply) -> Result<Option<Event>> {
+    match r.body {
+        Some(reply::Body::Event(e)) => {
+            let id = ObjectId::from_slice(&e.object_id)
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let kind = if e.kind == pb::EventKind::DeletedEvent as i32 {
+                EventKind::Deleted
+            } else {
+                EventKind::Sealed
+            };
+            Ok(Some(Event {
+                kind,
+                id,
+                data_size: e.data_size,
+                metadata_size: e.metadata_size,
+            }))
+        }
+        Some(reply::Body::Error(e)) => Err(e.into()),
+        _ => Ok(None),
+    }
+}
+
+/// Decodes the complete event frames in `data` (bytes read from a
+/// subscription's socket by the caller, e.g. through an event loop).
+pub fn decode_event_frames(mut data: &[u8]) -> Result<Vec<Event>> {
+    use prost::Message;
+    let mut out = Vec::new();
+    while data.len() >= 4 {
+        let len = ferroplasma_protocol::frame::frame_len(
+            data[..4].try_into().expect("4 bytes"),
+            MAX_REPLY_FRAME,
+        )?;
+        if data.len() < 4 + len {
+            break;
+        }
+        let r = pb::Reply::decode(&data[4..4 + len])
+            .map_err(|e| ClientError::Protocol(format!("bad event frame: {e}")))?;
+        out.extend(event_of(r)?);
+        data = &data[4 + len..];
+    }
+    Ok(out)
 }

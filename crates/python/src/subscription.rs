@@ -67,3 +67,12 @@ impl NativeSubscription {
             .as_raw_fd()
     }
 }
+
+/// Decodes event frames (as read from a subscription's socket: each a
+/// 4-byte length and a `Reply` holding an `Event`) into tuples. Bytes after
+/// the last complete frame are ignored.
+#[pyfunction]
+pub fn decode_events<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Vec<EventTuple<'py>>> {
+    let events = ferroplasma_client::decode_event_frames(data).map_err(crate::errors::to_py)?;
+    Ok(events.into_iter().map(|e| tuple(py, e)).collect())
+}

@@ -29,6 +29,8 @@ pub enum DeleteOutcome {
 /// The object table of one store.
 #[derive(Debug)]
 pub struct Store {
+    /// The capacity asked for, reported as is.
+    capacity: u64,
     alloc: Allocator,
     objects: HashMap<ObjectId, Entry, IdHasher>,
     clients: HashMap<ClientId, ClientState>,
@@ -41,10 +43,13 @@ pub struct Store {
 }
 
 impl Store {
-    /// A store managing `capacity` bytes of one arena.
+    /// A store managing `capacity` bytes of one arena. The arena must hold
+    /// at least `capacity` rounded up to 64 bytes (arenas are page-rounded),
+    /// so that an object of exactly `capacity` bytes fits.
     pub fn new(capacity: u64) -> Self {
         Self {
-            alloc: Allocator::new(capacity),
+            capacity,
+            alloc: Allocator::new(ferroplasma_protocol::layout::align_up(capacity)),
             objects: HashMap::default(),
             clients: HashMap::new(),
             next_client: 1,
@@ -56,9 +61,9 @@ impl Store {
         }
     }
 
-    /// Usable bytes.
+    /// Usable bytes, as configured.
     pub fn capacity(&self) -> u64 {
-        self.alloc.capacity()
+        self.capacity
     }
 
     /// Registers a new client connection.
@@ -111,6 +116,14 @@ impl Store {
         }
         let mut fx = Effects::default();
         let need = allocation_size(data_size, metadata_size);
+        if data_size.saturating_add(metadata_size) > self.capacity {
+            return Err(StoreError::StoreFull {
+                requested: data_size.saturating_add(metadata_size),
+                free: self.alloc.free(),
+                evictable: self.lru.bytes(),
+                capacity: self.capacity,
+            });
+        }
         let offset = self.make_room(need, &mut fx)?;
         let location = Location {
             arena: 0,
@@ -319,7 +332,7 @@ impl Store {
     /// Counters and memory figures.
     pub fn stats(&self) -> Stats {
         Stats {
-            capacity: self.alloc.capacity(),
+            capacity: self.capacity,
             used: self.alloc.used(),
             objects: self.objects.len() as u64,
             sealed_objects: self.objects.values().filter(|e| e.is_sealed()).count() as u64,
@@ -356,7 +369,7 @@ impl Store {
             requested: need,
             free: self.alloc.free(),
             evictable: self.lru.bytes(),
-            capacity: self.alloc.capacity(),
+            capacity: self.capacity,
         };
         if need > self.alloc.capacity() || self.alloc.free() + self.lru.bytes() < need {
             return Err(full);

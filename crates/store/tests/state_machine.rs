@@ -223,3 +223,25 @@ proptest! {
         prop_assert_eq!(s.stats().objects, 0);
     }
 }
+
+#[test]
+fn capacity_is_reported_as_configured_and_an_object_of_exactly_that_size_fits() {
+    let mut s = Store::new(1_000_001);
+    assert_eq!(s.capacity(), 1_000_001);
+    assert_eq!(s.stats().capacity, 1_000_001);
+    let c = s.connect();
+    s.create(c, id(1), 1_000_001, 0, 0).unwrap();
+    assert!(matches!(
+        s.create(c, id(2), 1, 0, 0),
+        Err(StoreError::StoreFull { .. })
+    ));
+    s.seal(c, id(1), 0).unwrap();
+    s.release(c, id(1)).unwrap();
+    // One byte over the configured capacity never fits, even after eviction
+    // (although the allocator's 64-byte rounding would have room).
+    assert!(matches!(
+        s.create(c, id(3), 1_000_002, 0, 0),
+        Err(StoreError::StoreFull { .. })
+    ));
+    assert!(s.contains(&id(1)), "nothing was evicted for it");
+}
