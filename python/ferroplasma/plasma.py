@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import socket as _socket
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from typing import Any
 
 from . import _native, errors, serialization
 from ._ids import ObjectID
+from .store import start_store
 
 __all__ = [
     "ObjectID",
@@ -403,35 +405,13 @@ def start_plasma_store(
         )
     tmp = tempfile.mkdtemp(prefix="test_plasma-")
     socket_name = os.path.join(tmp, "plasma.sock")
-    args = [sys.executable, "-m", "ferroplasma", "store", "--memory", str(int(plasma_store_memory))]
-    args += ["--socket", socket_name]
-    if plasma_directory:
-        args += ["--dir", plasma_directory]
-    if use_hugepages:
-        args.append("--hugepages")
-    log = open(os.path.join(tmp, "store.log"), "wb")  # closed in the finally below
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                log.flush()
-                with open(os.path.join(tmp, "store.log"), "rb") as f:
-                    tail = f.read()[-2000:].decode(errors="replace")
-                raise RuntimeError(f"the store exited with code {proc.returncode}:\n{tail}")
-            try:
-                _native.NativeClient(socket_name)
-                break
-            except errors.StoreUnavailable:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-        yield socket_name, proc
+        with start_store(
+            str(int(plasma_store_memory)),
+            socket=socket_name,
+            dir=plasma_directory,
+            hugepages=use_hugepages,
+        ) as store:
+            yield socket_name, store.process
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
