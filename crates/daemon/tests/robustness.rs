@@ -31,15 +31,19 @@ fn recv(s: &mut UnixStream) -> Option<pb::Reply> {
     read_message(s, MAX_REPLY_FRAME).ok()
 }
 
-fn handshake(s: &mut UnixStream) {
+fn send_connect(s: &mut UnixStream, protocol_version: u32) {
     send(
         s,
         1,
         request::Body::Connect(pb::Connect {
-            protocol_version: ferroplasma_protocol::PROTOCOL_VERSION,
+            protocol_version,
             client_name: "raw test".into(),
         }),
     );
+}
+
+fn handshake(s: &mut UnixStream) {
+    send_connect(s, ferroplasma_protocol::PROTOCOL_VERSION);
     assert!(matches!(
         recv(s).unwrap().body,
         Some(reply::Body::Connect(_))
@@ -175,14 +179,7 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
     assert!(closed(&mut s));
     // A wrong protocol version.
     let mut s = raw(&store);
-    send(
-        &mut s,
-        1,
-        request::Body::Connect(pb::Connect {
-            protocol_version: 999,
-            client_name: String::new(),
-        }),
-    );
+    send_connect(&mut s, 999);
     assert_eq!(
         error_code(recv(&mut s)),
         Some(pb::ErrorCode::VersionMismatch)
@@ -257,14 +254,7 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
     // A second Connect is refused.
     let mut s = raw(&store);
     handshake(&mut s);
-    send(
-        &mut s,
-        2,
-        request::Body::Connect(pb::Connect {
-            protocol_version: 1,
-            client_name: String::new(),
-        }),
-    );
+    send_connect(&mut s, ferroplasma_protocol::PROTOCOL_VERSION);
     assert_eq!(
         error_code(recv(&mut s)),
         Some(pb::ErrorCode::ProtocolViolation)
