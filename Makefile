@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test test-rust test-python lint fmt bench bench-python clean
+.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -50,6 +50,10 @@ bench: ## Per-operation latency next to a Unix-socket round trip, as ratios
 
 bench-python: build ## Seed 003 serialization and numpy put/get vs pickle and memcpy; plots into docs/img
 	$(VENV)/bin/python bench/python_serialization.py --out docs
+
+# QUICK=1: one measured round, fewer samples, results in bench/results/ (minutes).
+bench-compare: build ## ferroplasma vs Plasma, Ray, Vineyard, shared_memory, pickle (QUICK=1 for a short run)
+	cd bench && ../$(VENV)/bin/python -m compare.run --setup $(if $(QUICK),--quick)
 
 clean: ## Remove build outputs and .venv
 	$(CARGO) clean
