@@ -274,6 +274,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--setup", action="store_true", help="install missing peers' venvs first")
     ap.add_argument("--out", default=None, help="output dir (default: docs, or bench/results)")
+    ap.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="measure nothing: render the report of an earlier run's compare.json",
+    )
     args = ap.parse_args(argv)
     args.systems = [s for s in args.systems.split(",") if s]
     args.workloads = [w for w in args.workloads.split(",") if w]
@@ -287,7 +292,11 @@ def main(argv=None) -> int:
         args.reps = 1 if args.quick else 7
     if args.out is None:
         args.out = os.path.join(ROOT, "bench", "results") if args.quick else DOCS
-    results = run(args)
+    if args.from_json:
+        with open(args.from_json) as f:
+            results = json.load(f)
+    else:
+        results = run(args)
     into_docs = os.path.abspath(args.out) == DOCS
     md = os.path.join(DOCS, "benchmarks.md") if into_docs else None
     paths = report.write(results, args.out, benchmarks_md=md)
