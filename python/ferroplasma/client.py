@@ -101,15 +101,25 @@ class Client:
 
     # ------------------------------------------------------------ raw buffers
 
-    def create(self, object_id: IdLike, size: int, metadata: bytes = b"") -> _native.WritableBuffer:
+    def create(
+        self,
+        object_id: IdLike,
+        size: int,
+        metadata: bytes = b"",
+        wait: float | None = 0.0,
+    ) -> _native.WritableBuffer:
         """Allocates an object of ``size`` bytes and returns its writable
         buffer (use it with ``memoryview`` or ``numpy.frombuffer``). Call
         :meth:`seal` when it is written, then :meth:`release`.
 
+        When the store is full of objects in use, waits up to ``wait``
+        seconds (None: without limit) for other clients to release or delete
+        enough; the default 0 fails at once.
+
         Raises ObjectExists if the id is taken, StoreFull if it cannot fit.
         """
         oid = as_bytes(object_id)
-        buf = self._native.create(oid, size, bytes(metadata))
+        buf = self._native.create(oid, size, bytes(metadata), _timeout_ms(wait))
         with self._lock:
             self._creating[oid] = buf
         return buf
@@ -150,24 +160,31 @@ class Client:
 
     # ------------------------------------------------------------ objects
 
-    def put(self, obj: Any, object_id: IdLike | None = None, metadata: bytes = b"") -> ObjectID:
+    def put(
+        self,
+        obj: Any,
+        object_id: IdLike | None = None,
+        metadata: bytes = b"",
+        wait: float | None = 0.0,
+    ) -> ObjectID:
         """Stores a Python object and returns its id (a random one unless
         given). numpy arrays, pandas objects, Arrow tables and any nesting
         of them are copied once, into shared memory; other objects cost what
-        pickling them costs.
+        pickling them costs. ``wait``: as for :meth:`create`.
 
         >>> oid = client.put({"weights": np.zeros(1000)})    # doctest: +SKIP
         """
         oid = ObjectID(as_bytes(object_id)) if object_id is not None else ObjectID.random()
         plan = serialization.plan(obj)
         raw = oid.binary()
-        if plan.size <= _INLINE_PUT:
+        wait_ms = _timeout_ms(wait)
+        if plan.size <= _INLINE_PUT and wait_ms == 0:
             # Small: serialize here and send it in the create message (one round trip).
             data = bytearray(plan.size)
             plan.fill(memoryview(data))
             self._native.create_and_seal(raw, data, bytes(metadata))
             return oid
-        buf = self._native.create(raw, plan.size, bytes(metadata))
+        buf = self._native.create(raw, plan.size, bytes(metadata), wait_ms)
         try:
             view = memoryview(buf)
             plan.fill(view)

@@ -48,8 +48,9 @@ class StoreUnavailable(FerroplasmaError, ConnectionError):
     """No store answers on the socket: start one (``ferroplasma store``)."""
 
 
-class Disconnected(FerroplasmaError, ConnectionError):
-    """The connection to the store broke."""
+class Disconnected(StoreUnavailable):
+    """The connection to the store broke (the store stopped or died); a
+    StoreUnavailable, so one ``except StoreUnavailable`` covers both."""
 
 
 class InvalidObjectState(FerroplasmaError, RuntimeError):

@@ -48,6 +48,8 @@ pub struct ObjectInfo {
     pub construct_duration_us: Option<i64>,
     /// A delete waits for the last reference to go.
     pub delete_pending: bool,
+    /// Its bytes are in the store's spill directory (a get brings them back).
+    pub spilled: bool,
 }
 
 /// Shared by a client and every buffer it handed out.
@@ -178,10 +180,30 @@ impl Client {
     /// data area to fill. The creator holds a reference: after
     /// [`Client::seal`], call [`Client::release`] (or use [`Client::put`]).
     pub fn create(&self, id: ObjectId, data_size: u64, metadata: &[u8]) -> Result<MutableBuffer> {
+        self.create_waiting(id, data_size, metadata, Some(Duration::ZERO))
+    }
+
+    /// [`Client::create`] that, when the store is full of referenced
+    /// objects, waits up to `wait` (`None`: without limit) for other clients
+    /// to release or delete enough, instead of failing at once with
+    /// [`ClientError::StoreFull`].
+    pub fn create_waiting(
+        &self,
+        id: ObjectId,
+        data_size: u64,
+        metadata: &[u8],
+        wait: Option<Duration>,
+    ) -> Result<MutableBuffer> {
+        let wait_ms = match wait {
+            None => -1,
+            Some(d) if d.is_zero() => 0,
+            Some(d) => d.as_millis().clamp(1, i64::MAX as u128) as i64,
+        };
         let body = self.call(request::Body::Create(pb::Create {
             object_id: id.0.to_vec(),
             data_size,
             metadata: metadata.to_vec(),
+            wait_ms,
         }))?;
         let reply::Body::Create(c) = body else {
             return Err(unexpected("Create", &body));
@@ -397,6 +419,7 @@ impl Client {
                     construct_duration_us: (o.construct_duration_us >= 0)
                         .then_some(o.construct_duration_us),
                     delete_pending: o.delete_pending,
+                    spilled: o.spilled,
                 })
             })
             .collect()

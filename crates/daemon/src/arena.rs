@@ -74,6 +74,43 @@ impl Arena {
         }
     }
 
+    /// The bytes of an allocation, for writing it out to a spill file.
+    ///
+    /// # Panics
+    /// If the range lies outside the arena (a bug, as for [`Arena::write`]).
+    pub fn bytes(&self, offset: u64, len: u64) -> &[u8] {
+        let end = offset.checked_add(len).expect("offset overflow");
+        assert!(end <= self.size, "read past the arena end");
+        // Safety: the range lies inside the live mapping (checked above),
+        // which outlives the returned borrow of `self`. The store only reads
+        // sealed allocations this way; sealed bytes are immutable by the
+        // protocol, so no client writes them while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset as usize), len as usize) }
+    }
+
+    /// Fills `len` bytes at `offset` with `fill` (restoring a spilled
+    /// object into its new allocation).
+    ///
+    /// # Panics
+    /// If the range lies outside the arena (a bug, as for [`Arena::write`]).
+    pub fn fill<E>(
+        &self,
+        offset: u64,
+        len: u64,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let end = offset.checked_add(len).expect("offset overflow");
+        assert!(end <= self.size, "write past the arena end");
+        // Safety: the range lies inside the live mapping (checked above) and
+        // the slice does not outlive this call. It is a fresh allocation that
+        // no client has been told about yet, so nobody else reads or writes
+        // it while the slice exists.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(offset as usize), len as usize)
+        };
+        fill(buf)
+    }
+
     /// Touches every page so the kernel backs the whole arena now.
     pub fn prefault(&self) {
         let base = self.map.as_mut_ptr();

@@ -70,6 +70,16 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 s.free_blocks,
                 s.fragmentation
             );
+            if s.spills > 0 || s.spilled_objects > 0 {
+                println!(
+                    "spilled             {} objects ({}); {} in segment files; {} spills, {} restores",
+                    s.spilled_objects,
+                    human(s.spilled_bytes),
+                    human(s.spill_dir_bytes),
+                    s.spills,
+                    s.restores
+                );
+            }
             Ok(())
         }
         Command::List(t) => {
@@ -87,7 +97,11 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     o.data_size,
                     o.metadata_size,
                     o.ref_count,
-                    if o.sealed { "sealed" } else { "created" },
+                    match (o.spilled, o.sealed) {
+                        (true, _) => "spilled",
+                        (false, true) => "sealed",
+                        (false, false) => "created",
+                    },
                     if o.delete_pending {
                         " (delete pending)"
                     } else {

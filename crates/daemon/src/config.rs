@@ -40,6 +40,27 @@ pub struct StoreConfig {
     /// memory is really there.
     #[arg(long)]
     pub prefault: bool,
+
+    /// When memory is short, write least recently used objects to segment
+    /// files in DIR instead of evicting them; a later get brings them back.
+    /// Without it, such objects are evicted (dropped).
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+
+    /// Most bytes the spill directory may hold, e.g. `20GiB`.
+    /// Default: the free space of its filesystem at start.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, requires = "spill_dir")]
+    pub spill_limit: Option<u64>,
+
+    /// User ids allowed to connect (checked with SO_PEERCRED), comma
+    /// separated. Default: the store's own user and root.
+    #[arg(long, value_name = "UID,...", value_delimiter = ',')]
+    pub allow_uid: Vec<u32>,
+
+    /// Group ids whose members may also connect, comma separated (use with
+    /// --socket-mode 660). Default: none.
+    #[arg(long, value_name = "GID,...", value_delimiter = ',')]
+    pub allow_gid: Vec<u32>,
 }
 
 impl StoreConfig {
@@ -52,7 +73,40 @@ impl StoreConfig {
             dir: None,
             hugepages: false,
             prefault: false,
+            spill_dir: None,
+            spill_limit: None,
+            allow_uid: Vec::new(),
+            allow_gid: Vec::new(),
         }
+    }
+
+    /// Whether a peer with these credentials may connect.
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        let own = nix::unistd::geteuid().as_raw();
+        if self.allow_uid.is_empty() {
+            uid == own || uid == 0 || self.allow_gid.contains(&gid)
+        } else {
+            self.allow_uid.contains(&uid) || self.allow_gid.contains(&gid)
+        }
+    }
+
+    /// The spill directory's limit in force, and where it came from.
+    pub fn spill_limit(&self) -> Result<Option<(u64, String)>, DaemonError> {
+        let Some(dir) = &self.spill_dir else {
+            return Ok(None);
+        };
+        if let Some(l) = self.spill_limit {
+            return Ok(Some((l, "from --spill-limit".into())));
+        }
+        let free = free_space(dir)?;
+        Ok(Some((
+            free,
+            format!(
+                "default: the {} free in {} at start",
+                human(free),
+                dir.display()
+            ),
+        )))
     }
 
     /// The socket path in force.
@@ -66,9 +120,7 @@ impl StoreConfig {
             return Ok((m, "from --memory".into()));
         }
         let dir = self.dir.clone().unwrap_or_else(|| "/dev/shm".into());
-        let st = nix::sys::statvfs::statvfs(&dir)
-            .map_err(|e| DaemonError::io(format!("statvfs {}", dir.display()), e))?;
-        let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+        let free = free_space(&dir)?;
         let size = (free / 2).min(DEFAULT_MEMORY_CAP);
         if size < 1 << 20 {
             return Err(DaemonError::BadSize(format!(
@@ -92,6 +144,13 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Bytes free for an unprivileged writer in the filesystem holding `dir`.
+pub fn free_space(dir: &std::path::Path) -> Result<u64, DaemonError> {
+    let st = nix::sys::statvfs::statvfs(dir)
+        .map_err(|e| DaemonError::io(format!("statvfs {}", dir.display()), e))?;
+    Ok(st.blocks_available() as u64 * st.fragment_size() as u64)
 }
 
 /// Parses `512MiB`, `4GiB`, `1.5 GB`, `1000000`.

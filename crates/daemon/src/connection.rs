@@ -14,7 +14,7 @@ use ferroplasma_protocol::frame::{
 };
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::{ObjectId, PROTOCOL_VERSION};
-use ferroplasma_store::{ClientId, Location, Notice};
+use ferroplasma_store::{ClientId, Location, Notice, StoreError};
 use prost::Message;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -66,6 +66,16 @@ impl PendingGet {
     }
 }
 
+/// A create waiting for space (`Create.wait_ms != 0`).
+#[derive(Debug)]
+struct PendingCreate {
+    request_id: u64,
+    id: ObjectId,
+    data_size: u64,
+    metadata: Vec<u8>,
+    deadline: Option<Instant>,
+}
+
 /// Serves one accepted connection to its end.
 pub async fn serve(mut stream: UnixStream, shared: SharedRef) {
     let peer = stream.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
@@ -84,7 +94,10 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef) {
         };
     tracing::debug!(client, peer_pid = peer, "client connected");
     let (rd, wr) = stream.into_split();
+    let space = shared.lock().space.clone();
     let mut conn = Connection {
+        space,
+        creates: Vec::new(),
         client,
         shared: shared.clone(),
         rd,
@@ -204,11 +217,18 @@ struct Connection {
     out: Vec<u8>,
     rx: mpsc::Receiver<Notice>,
     pending: Vec<PendingGet>,
+    /// Creates waiting for space, oldest first.
+    creates: Vec<PendingCreate>,
+    /// Woken when space may have been freed.
+    space: std::sync::Arc<tokio::sync::Notify>,
     subscribed: bool,
 }
 
 /// A request that is answered with an error and leaves the connection open.
 struct Refusal(pb::Error);
+
+/// A store-full refusal of a create that may succeed once space is freed.
+struct Waitable(pb::Error);
 
 fn refuse(code: pb::ErrorCode, message: String) -> Refusal {
     Refusal(pb::Error {
@@ -228,9 +248,16 @@ impl Connection {
             if let Err(e) = self.flush().await {
                 return e.into();
             }
-            let deadline = self.pending.iter().filter_map(|p| p.deadline).min();
+            let deadline = self
+                .pending
+                .iter()
+                .filter_map(|p| p.deadline)
+                .chain(self.creates.iter().filter_map(|c| c.deadline))
+                .min();
+            let space = self.space.clone();
             tokio::select! {
                 biased;
+                _ = space.notified(), if !self.creates.is_empty() => self.retry_creates(None),
                 notice = self.rx.recv() => match notice {
                     Some(n) => self.on_notice(n),
                     None => return Close::Violation(
@@ -242,7 +269,9 @@ impl Connection {
                     Err(e) => return e.into(),
                 },
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                    self.expire(Instant::now());
+                    let now = Instant::now();
+                    self.expire(now);
+                    self.retry_creates(Some(now));
                 }
             }
         }
@@ -341,16 +370,22 @@ impl Connection {
             B::Create(c) => {
                 let id = parse_id(&c.object_id)?;
                 check_inline("metadata", c.metadata.len())?;
-                let mut sh = self.shared.lock();
-                let (loc, fx) = sh
-                    .store
-                    .create(client, id, c.data_size, c.metadata.len() as u64, now_us())
-                    .map_err(store_refusal)?;
-                sh.arena.write(loc.metadata_offset(), &c.metadata);
-                sh.deliver(fx);
-                Ok(Some(reply::Body::Create(pb::CreateReply {
-                    location: Some(convert::location(loc)),
-                })))
+                match self.try_create(id, c.data_size, &c.metadata) {
+                    Err(Waitable(e)) if c.wait_ms != 0 => {
+                        tracing::debug!(client, %id, wait_ms = c.wait_ms, "create waits for space: {}", e.message);
+                        self.creates.push(PendingCreate {
+                            request_id: rid,
+                            id,
+                            data_size: c.data_size,
+                            metadata: c.metadata,
+                            deadline: (c.wait_ms > 0)
+                                .then(|| Instant::now() + Duration::from_millis(c.wait_ms as u64)),
+                        });
+                        Ok(None)
+                    }
+                    Err(Waitable(e)) => Err(Refusal(e)),
+                    Ok(r) => r.map(Some),
+                }
             }
             B::CreateAndSeal(c) => {
                 let id = parse_id(&c.object_id)?;
@@ -358,6 +393,8 @@ impl Connection {
                 check_inline("metadata", c.metadata.len())?;
                 let mut sh = self.shared.lock();
                 let now = now_us();
+                sh.spill_for(c.data.len() as u64, c.metadata.len() as u64)
+                    .map_err(store_refusal)?;
                 let (loc, mut fx) = sh
                     .store
                     .create(
@@ -434,9 +471,62 @@ impl Connection {
         }
     }
 
+    /// Creates an object. `Err(Waitable)` is a store-full refusal that
+    /// waiting could cure; `Ok(Err)` any other refusal.
+    fn try_create(
+        &mut self,
+        id: ObjectId,
+        data_size: u64,
+        metadata: &[u8],
+    ) -> Result<Result<reply::Body, Refusal>, Waitable> {
+        let mut sh = self.shared.lock();
+        let meta = metadata.len() as u64;
+        let fits_at_all = data_size.saturating_add(meta) <= sh.store.capacity();
+        let created = sh
+            .spill_for(data_size, meta)
+            .and_then(|()| sh.store.create(self.client, id, data_size, meta, now_us()));
+        match created {
+            Ok((loc, fx)) => {
+                sh.arena.write(loc.metadata_offset(), metadata);
+                sh.deliver(fx);
+                Ok(Ok(reply::Body::Create(pb::CreateReply {
+                    location: Some(convert::location(loc)),
+                })))
+            }
+            Err(e @ (StoreError::StoreFull { .. } | StoreError::SpillFull { .. }))
+                if fits_at_all =>
+            {
+                Err(Waitable(convert::error(&e)))
+            }
+            Err(e) => Ok(Err(store_refusal(e))),
+        }
+    }
+
+    /// Retries the creates waiting for space, in order; with `now`, also
+    /// answers those whose wait ran out.
+    fn retry_creates(&mut self, now: Option<Instant>) {
+        for p in std::mem::take(&mut self.creates) {
+            match self.try_create(p.id, p.data_size, &p.metadata) {
+                Ok(Ok(body)) => self.push_reply(p.request_id, body),
+                Ok(Err(Refusal(e))) => self.push_reply(p.request_id, reply::Body::Error(e)),
+                Err(Waitable(mut e)) => {
+                    if now.is_some_and(|n| p.deadline.is_some_and(|d| d <= n)) {
+                        e.message = format!("waited for space in vain: {}", e.message);
+                        self.push_reply(p.request_id, reply::Body::Error(e));
+                    } else {
+                        self.creates.push(p);
+                    }
+                }
+            }
+        }
+    }
+
     fn get(&mut self, rid: u64, g: pb::Get) -> Result<Option<reply::Body>, Refusal> {
         let ids = parse_ids(&g.object_ids)?;
         let mut sh = self.shared.lock();
+        for id in &ids {
+            sh.unspill(*id).map_err(store_refusal)?;
+        }
         let found: Vec<Option<Location>> = ids
             .iter()
             .map(|id| sh.store.get(self.client, *id))

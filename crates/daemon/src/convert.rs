@@ -19,7 +19,9 @@ pub fn error(e: &StoreError) -> pb::Error {
     let (code, id) = match e {
         StoreError::ObjectExists(id) => (C::ObjectExists, Some(id)),
         StoreError::ObjectNotFound(id) => (C::ObjectNotFound, Some(id)),
-        StoreError::StoreFull { .. } => (C::StoreFull, None),
+        StoreError::StoreFull { .. }
+        | StoreError::SpillFull { .. }
+        | StoreError::SpillFailed { .. } => (C::StoreFull, None),
         StoreError::NotCreator(id) => (C::NotCreator, Some(id)),
         StoreError::AlreadySealed(id) => (C::AlreadySealed, Some(id)),
         StoreError::NotHeld(id) => (C::ProtocolViolation, Some(id)),
@@ -52,6 +54,7 @@ pub fn info(i: &ObjectInfo) -> pb::ObjectInfo {
         create_time_us: i.create_time_us,
         construct_duration_us: i.construct_duration_us.unwrap_or(-1),
         delete_pending: i.delete_pending,
+        spilled: i.spilled,
     }
 }
 
@@ -80,5 +83,11 @@ pub fn stats(s: &Stats) -> pb::StatsReply {
         free_blocks: s.free_blocks,
         fragmentation: s.fragmentation,
         referenced_objects: s.referenced_objects,
+        spilled_objects: s.spilled_objects,
+        spilled_bytes: s.spilled_bytes,
+        spill_dir_bytes: s.spill_dir_bytes,
+        spills: s.spills,
+        restores: s.restores,
+        evictable_bytes: s.evictable_bytes,
     }
 }

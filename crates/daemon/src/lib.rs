@@ -11,6 +11,7 @@
 //! - [`arena`] — the memfd/file-backed mapping handed to clients.
 //! - `listener` — socket creation, stale-socket and live-store detection.
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
+//! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
 //! - [`error`] — [`DaemonError`].
 
@@ -24,6 +25,7 @@ mod fdpass;
 mod listener;
 pub mod server;
 mod shared;
+mod spill;
 
 pub use config::StoreConfig;
 pub use error::DaemonError;

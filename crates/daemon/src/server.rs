@@ -3,6 +3,7 @@
 use crate::arena::Arena;
 use crate::config::{human, StoreConfig};
 use crate::shared::SharedRef;
+use crate::spill::SpillDir;
 use crate::{connection, listener, DaemonError};
 use ferroplasma_store::Store;
 use tokio::net::UnixListener;
@@ -30,7 +31,15 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     }
     let listener = UnixListener::from_std(std_listener)
         .map_err(|e| DaemonError::io("registering the socket", e))?;
-    let shared = SharedRef::new(Store::new(memory), arena);
+    let (store, spill) = match (config.spill_limit()?, &config.spill_dir) {
+        (Some((limit, why)), Some(dir)) => {
+            let spill = SpillDir::create(dir)?;
+            tracing::info!(dir = %spill.path().display(), limit = %human(limit), "spilling on ({why})");
+            (Store::with_spill(memory, limit), Some(spill))
+        }
+        _ => (Store::new(memory), None),
+    };
+    let shared = SharedRef::new(store, arena, spill);
     tracing::info!(
         socket = %path.display(),
         memory = %human(memory),
@@ -47,7 +56,16 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) => {
-                    tokio::spawn(connection::serve(stream, shared.clone()));
+                    match stream.peer_cred() {
+                        Ok(c) if config.allows(c.uid(), c.gid()) => {
+                            tokio::spawn(connection::serve(stream, shared.clone()));
+                        }
+                        Ok(c) => tracing::warn!(
+                            uid = c.uid(), gid = c.gid(), pid = c.pid(),
+                            "connection refused: user not allowed (see --allow-uid, --allow-gid)"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "connection refused: no peer credentials"),
+                    }
                 }
                 Err(e) => {
                     // Out of descriptors or similar: back off, keep serving.

@@ -3,10 +3,12 @@
 //! an `.await`.
 
 use crate::arena::Arena;
-use ferroplasma_store::{ClientId, Effects, Notice, Store};
+use crate::spill::SpillDir;
+use ferroplasma_protocol::ObjectId;
+use ferroplasma_store::{ClientId, Effects, Notice, Store, StoreError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 /// Notices a client may have queued before it is cut off as too slow.
 pub const NOTICE_QUEUE: usize = 1 << 16;
@@ -18,6 +20,11 @@ pub struct Shared {
     pub store: Store,
     /// The memory objects live in.
     pub arena: Arc<Arena>,
+    /// Where objects go when memory is short, if configured.
+    pub spill: Option<SpillDir>,
+    /// Woken whenever the state changed in a way that may have made room
+    /// (creates waiting for space retry then).
+    pub space: Arc<Notify>,
     outboxes: HashMap<ClientId, mpsc::Sender<Notice>>,
 }
 
@@ -27,10 +34,12 @@ pub struct SharedRef(Arc<Mutex<Shared>>);
 
 impl SharedRef {
     /// Wraps a fresh state.
-    pub fn new(store: Store, arena: Arena) -> Self {
+    pub fn new(store: Store, arena: Arena, spill: Option<SpillDir>) -> Self {
         Self(Arc::new(Mutex::new(Shared {
             store,
             arena: Arc::new(arena),
+            spill,
+            space: Arc::new(Notify::new()),
             outboxes: HashMap::new(),
         })))
     }
@@ -58,9 +67,69 @@ impl Shared {
         self.deliver(fx);
     }
 
-    /// Queues each notice for its client. A client whose queue is full is cut
-    /// off (its connection sees the queue closed and ends).
+    /// With a spill directory: writes out the least recently used objects
+    /// needed to make an allocation of this size fit (one segment file for
+    /// the batch). Without one, or when it fits, does nothing.
+    pub fn spill_for(&mut self, data_size: u64, metadata_size: u64) -> Result<(), StoreError> {
+        let Some(dir) = &self.spill else {
+            return Ok(());
+        };
+        let plan = self.store.spill_plan(data_size, metadata_size);
+        if plan.is_empty() {
+            return Ok(());
+        }
+        let bytes: u64 = plan.iter().map(|v| v.len).sum();
+        let segment = self.store.reserve_spill(bytes)?;
+        match dir.write_segment(segment, &self.arena, &plan) {
+            Ok(offsets) => {
+                self.store.mark_spilled(segment, bytes, &plan, &offsets);
+                tracing::debug!(segment, objects = plan.len(), bytes, "spilled");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, bytes, "spilling failed; the create is refused");
+                Err(StoreError::SpillFailed {
+                    requested: bytes,
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Brings `id` back into memory if it is spilled (spilling others to
+    /// make room). A spilled object whose file cannot be read is dropped and
+    /// logged: it then reads as absent, never as wrong bytes.
+    pub fn unspill(&mut self, id: ObjectId) -> Result<(), StoreError> {
+        let Some((data, meta)) = self.store.spilled_sizes(&id) else {
+            return Ok(());
+        };
+        self.spill_for(data, meta)?;
+        let (loc, at, fx) = self.store.restore(id)?;
+        let dir = self
+            .spill
+            .as_ref()
+            .expect("spilled objects imply a spill dir");
+        let read = dir.read_into(at, &self.arena, loc.offset);
+        // Only now may the segment file go (fx may name it).
+        self.deliver(fx);
+        if let Err(e) = read {
+            tracing::error!(%id, error = %e, "a spilled object could not be read back; dropped");
+            let (_, fx) = self.store.delete(id);
+            self.deliver(fx);
+        }
+        Ok(())
+    }
+
+    /// Queues each notice for its client (a client whose queue is full is cut
+    /// off: its connection sees the queue closed and ends), and removes spill
+    /// segments no object lives in.
     pub fn deliver(&mut self, fx: Effects) {
+        self.space.notify_waiters();
+        if let Some(dir) = &self.spill {
+            for seg in &fx.dead_segments {
+                dir.remove(*seg);
+            }
+        }
         for (to, notice) in fx.notices {
             if let Some(tx) = self.outboxes.get(&to) {
                 if tx.try_send(notice).is_err() {

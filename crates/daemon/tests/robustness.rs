@@ -225,6 +225,7 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
             object_id: vec![5; 20],
             data_size: u64::MAX,
             metadata: vec![],
+            wait_ms: -1, // too big to ever fit: refused at once, no wait
         }),
     );
     assert_eq!(error_code(recv(&mut s)), Some(pb::ErrorCode::StoreFull));

@@ -55,17 +55,23 @@ impl NativeClient {
     }
 
     /// Allocates an object; returns its writable buffer. The caller holds a
-    /// reference until `release`.
+    /// reference until `release`. When the store is full of referenced
+    /// objects, waits up to `wait_ms` for space (0: not at all, < 0: no limit).
+    #[pyo3(signature = (object_id, size, metadata, wait_ms=0))]
     fn create(
         &self,
         py: Python<'_>,
         object_id: &[u8],
         size: u64,
         metadata: &[u8],
+        wait_ms: i64,
     ) -> PyResult<WritableBuffer> {
         let id = oid(object_id)?;
         let meta = metadata.to_vec();
-        let b = py.detach(|| self.inner.create(id, size, &meta)).py_err()?;
+        let wait = (wait_ms >= 0).then(|| std::time::Duration::from_millis(wait_ms as u64));
+        let b = py
+            .detach(|| self.inner.create_waiting(id, size, &meta, wait))
+            .py_err()?;
         Ok(WritableBuffer {
             inner: b,
             sealed: Default::default(),
@@ -171,6 +177,7 @@ impl NativeClient {
                     o.construct_duration_us.map(|u| u as f64 / 1e6),
                 )?;
                 d.set_item("delete_pending", o.delete_pending)?;
+                d.set_item("spilled", o.spilled)?;
                 Ok(d)
             })
             .collect()
@@ -196,6 +203,12 @@ impl NativeClient {
         d.set_item("largest_free_block", s.largest_free_block)?;
         d.set_item("free_blocks", s.free_blocks)?;
         d.set_item("fragmentation", s.fragmentation)?;
+        d.set_item("evictable_bytes", s.evictable_bytes)?;
+        d.set_item("spilled_objects", s.spilled_objects)?;
+        d.set_item("spilled_bytes", s.spilled_bytes)?;
+        d.set_item("spill_dir_bytes", s.spill_dir_bytes)?;
+        d.set_item("spills", s.spills)?;
+        d.set_item("restores", s.restores)?;
         Ok(d)
     }
 

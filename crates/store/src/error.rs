@@ -26,6 +26,32 @@ pub enum StoreError {
         /// The store's capacity.
         capacity: u64,
     },
+    /// The store is full and the spill directory cannot take what would
+    /// have to be spilled to make room (its limit, or the disk, is reached).
+    #[error(
+        "store full and the spill directory cannot take {requested} more bytes \
+         ({used} of {limit} used); delete objects, or raise --spill-limit or free disk space"
+    )]
+    SpillFull {
+        /// Bytes the spill needed to write.
+        requested: u64,
+        /// Bytes the spill directory holds.
+        used: u64,
+        /// The spill directory's limit.
+        limit: u64,
+    },
+    /// The store is full and writing objects out to the spill directory
+    /// failed (a full disk, an I/O error).
+    #[error(
+        "store full, and spilling {requested} bytes to the spill directory failed: {reason}; \
+         free disk space, or delete objects"
+    )]
+    SpillFailed {
+        /// Bytes the spill needed to write.
+        requested: u64,
+        /// The I/O error.
+        reason: String,
+    },
     /// Seal or abort of an object another client created.
     #[error("object {0} was created by another client")]
     NotCreator(ObjectId),

@@ -12,11 +12,14 @@ pub enum Notice {
     Event(Event),
 }
 
-/// Notices produced by one operation, in order.
+/// What one operation asks the daemon to do: notices to deliver, in order,
+/// and spill segment files that no longer hold any object.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Effects {
     /// `(recipient, notice)` pairs.
     pub notices: Vec<(ClientId, Notice)>,
+    /// Spill segments to remove from the spill directory.
+    pub dead_segments: Vec<u64>,
 }
 
 impl Effects {
@@ -28,10 +31,11 @@ impl Effects {
     /// Appends another operation's effects.
     pub fn extend(&mut self, other: Effects) {
         self.notices.extend(other.notices);
+        self.dead_segments.extend(other.dead_segments);
     }
 
     /// True when there is nothing to deliver.
     pub fn is_empty(&self) -> bool {
-        self.notices.is_empty()
+        self.notices.is_empty() && self.dead_segments.is_empty()
     }
 }

@@ -8,6 +8,7 @@
 //! - [`object`] — object entries, [`Location`], [`ObjectInfo`], [`ObjectState`].
 //! - [`events`] — [`Effects`], [`Notice`] and subscription [`Event`]s.
 //! - [`stats`] — [`Stats`].
+//! - `spill` — the books of spilled objects and spill segments ([`SpillRef`]).
 //! - [`error`] — [`StoreError`].
 //! - `lru` — the eviction queue (least recently released first).
 //! - `clients` — per-client references, creations and waits.
@@ -18,11 +19,13 @@ pub mod error;
 pub mod events;
 mod lru;
 pub mod object;
+mod spill;
 pub mod stats;
 pub mod store;
 
 pub use error::StoreError;
 pub use events::{Effects, Event, EventKind, Notice};
 pub use object::{ClientId, Location, ObjectInfo, ObjectState};
+pub use spill::SpillRef;
 pub use stats::Stats;
-pub use store::{DeleteOutcome, Store};
+pub use store::{DeleteOutcome, SpillVictim, Store};

@@ -38,6 +38,11 @@ impl LruQueue {
         self.queue.values().next().map(|&(id, _)| id)
     }
 
+    /// Evictable objects, least recently used first.
+    pub fn iter(&self) -> impl Iterator<Item = ObjectId> + '_ {
+        self.queue.values().map(|&(id, _)| id)
+    }
+
     /// Bytes held by evictable objects.
     pub fn bytes(&self) -> u64 {
         self.bytes

@@ -77,4 +77,6 @@ pub struct ObjectInfo {
     pub construct_duration_us: Option<i64>,
     /// Delete requested, waiting for references to go.
     pub delete_pending: bool,
+    /// Its bytes are in the spill directory (a get brings them back).
+    pub spilled: bool,
 }

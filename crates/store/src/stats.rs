@@ -27,4 +27,16 @@ pub struct Stats {
     pub fragmentation: f64,
     /// Bytes held by sealed, unreferenced objects.
     pub evictable_bytes: u64,
+    /// Objects whose bytes are in the spill directory.
+    pub spilled_objects: u64,
+    /// Bytes of those objects (their allocations).
+    pub spilled_bytes: u64,
+    /// Bytes of segment files in the spill directory.
+    pub spill_dir_bytes: u64,
+    /// Segment files in the spill directory.
+    pub spill_segments: u64,
+    /// Objects spilled since start.
+    pub spills: u64,
+    /// Objects restored from the spill directory since start.
+    pub restores: u64,
 }

@@ -9,11 +9,16 @@ use crate::error::StoreError;
 use crate::events::{Effects, Event, EventKind, Notice};
 use crate::lru::LruQueue;
 use crate::object::{ClientId, Entry, Location, ObjectInfo, ObjectState};
+use crate::spill::{SpillRef, SpillTable, Spilled};
 use crate::stats::Stats;
 use ferroplasma_protocol::layout::allocation_size;
 use ferroplasma_protocol::IdHasher;
 use ferroplasma_protocol::ObjectId;
 use std::collections::{BTreeSet, HashMap};
+
+/// Most bytes spilled beyond what an allocation needs, per batch (the batch
+/// is also at most an eighth of the store).
+pub const SPILL_BATCH_MAX: u64 = 4 << 20;
 
 /// Outcome of a `delete` for one id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +45,19 @@ pub struct Store {
     subscribers: BTreeSet<ClientId>,
     evictions: u64,
     evicted_bytes: u64,
+    /// Spilled objects, when a spill directory is configured.
+    spill: Option<SpillTable>,
+}
+
+/// An object to write out to make room: see [`Store::spill_plan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpillVictim {
+    /// The object.
+    pub id: ObjectId,
+    /// Where its allocation starts in the arena.
+    pub offset: u64,
+    /// Bytes of its allocation (data, padding, metadata).
+    pub len: u64,
 }
 
 impl Store {
@@ -58,7 +76,21 @@ impl Store {
             subscribers: BTreeSet::new(),
             evictions: 0,
             evicted_bytes: 0,
+            spill: None,
         }
+    }
+
+    /// A store that spills instead of evicting, into a directory that may
+    /// hold `spill_limit` bytes (see [`Store::spill_plan`]).
+    pub fn with_spill(capacity: u64, spill_limit: u64) -> Self {
+        let mut s = Self::new(capacity);
+        s.spill = Some(SpillTable::new(spill_limit));
+        s
+    }
+
+    /// Whether spilling is on.
+    pub fn spills(&self) -> bool {
+        self.spill.is_some()
     }
 
     /// Usable bytes, as configured.
@@ -111,7 +143,7 @@ impl Store {
         metadata_size: u64,
         now_us: i64,
     ) -> Result<(Location, Effects), StoreError> {
-        if self.objects.contains_key(&id) {
+        if self.objects.contains_key(&id) || self.is_spilled(&id) {
             return Err(StoreError::ObjectExists(id));
         }
         let mut fx = Effects::default();
@@ -273,15 +305,194 @@ impl Store {
         Ok(fx)
     }
 
-    /// Whether `id` is sealed here (and not being deleted).
+    /// Whether `id` is sealed here, in memory or spilled (and not being deleted).
     pub fn contains(&self, id: &ObjectId) -> bool {
-        self.objects
-            .get(id)
-            .is_some_and(|e| e.is_sealed() && !e.delete_pending)
+        self.is_spilled(id)
+            || self
+                .objects
+                .get(id)
+                .is_some_and(|e| e.is_sealed() && !e.delete_pending)
+    }
+
+    /// Whether `id` is spilled (sealed, its bytes in the spill directory).
+    pub fn is_spilled(&self, id: &ObjectId) -> bool {
+        self.spill
+            .as_ref()
+            .is_some_and(|s| s.objects.contains_key(id))
+    }
+
+    /// Data and metadata sizes of a spilled object.
+    pub fn spilled_sizes(&self, id: &ObjectId) -> Option<(u64, u64)> {
+        let s = self.spill.as_ref()?.objects.get(id)?;
+        Some((s.data_size, s.metadata_size))
+    }
+
+    /// The objects to spill so that an allocation for `data_size` and
+    /// `metadata_size` fits: the least recently used evictable objects,
+    /// oldest first, up to the one whose freeing makes the allocation
+    /// succeed and on until an eighth of the store (at most
+    /// [`SPILL_BATCH_MAX`]) is planned, so small objects leave in batches. Empty when it fits already, when spilling is off, or when even
+    /// spilling every evictable object would not make it fit (the create
+    /// then fails with [`StoreError::StoreFull`]).
+    pub fn spill_plan(&self, data_size: u64, metadata_size: u64) -> Vec<SpillVictim> {
+        let need = allocation_size(data_size, metadata_size);
+        if self.spill.is_none()
+            || need > self.alloc.capacity()
+            || self.alloc.free() + self.lru.bytes() < need
+        {
+            return Vec::new();
+        }
+        let mut sim = self.alloc.clone();
+        if sim.allocate(need).is_some() {
+            return Vec::new();
+        }
+        // Spill at least this much at a time, so that small objects go out
+        // in batches (one segment file each) rather than one by one.
+        let batch = (self.capacity / 8).min(SPILL_BATCH_MAX);
+        let mut plan = Vec::new();
+        let (mut planned, mut fits) = (0, false);
+        for id in self.lru.iter() {
+            if fits && planned >= batch {
+                break;
+            }
+            let e = &self.objects[&id];
+            sim.free_range(e.location.offset, e.alloc_size);
+            planned += e.alloc_size;
+            plan.push(SpillVictim {
+                id,
+                offset: e.location.offset,
+                len: e.alloc_size,
+            });
+            fits = fits || sim.allocate(need).is_some();
+        }
+        if fits {
+            plan
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Reserves a segment number for a batch of `bytes` about to be written;
+    /// `Err(StoreError::SpillFull)` when the spill directory's limit would
+    /// be passed (or spilling is off).
+    pub fn reserve_spill(&mut self, bytes: u64) -> Result<u64, StoreError> {
+        let s = self.spill.as_mut().ok_or(StoreError::SpillFull {
+            requested: bytes,
+            used: 0,
+            limit: 0,
+        })?;
+        s.reserve(bytes).ok_or(StoreError::SpillFull {
+            requested: bytes,
+            used: s.used,
+            limit: s.limit,
+        })
+    }
+
+    /// Records that the victims of a plan were written to `segment` (the
+    /// i-th at `offsets[i]`, `bytes` in all) and frees their memory. Only
+    /// call it in the same critical section as [`Store::spill_plan`].
+    pub fn mark_spilled(
+        &mut self,
+        segment: u64,
+        bytes: u64,
+        victims: &[SpillVictim],
+        offsets: &[u64],
+    ) {
+        let mut batch = Vec::with_capacity(victims.len());
+        for (v, &off) in victims.iter().zip(offsets) {
+            let Some(e) = self.objects.remove(&v.id) else {
+                continue;
+            };
+            debug_assert!(e.is_sealed() && e.ref_count == 0, "spilled a live object");
+            if let Some(tick) = e.lru_tick {
+                self.lru.remove(tick);
+            }
+            self.alloc.free_range(e.location.offset, e.alloc_size);
+            batch.push((
+                v.id,
+                Spilled {
+                    at: SpillRef {
+                        segment,
+                        offset: off,
+                        len: e.alloc_size,
+                    },
+                    data_size: e.location.data_size,
+                    metadata_size: e.location.metadata_size,
+                    create_time_us: e.create_time_us,
+                    construct_us: e.seal_time_us.map(|t| t - e.create_time_us),
+                },
+            ));
+        }
+        if let Some(s) = self.spill.as_mut() {
+            s.add_segment(segment, bytes, batch);
+        }
+    }
+
+    /// Brings a spilled object back: allocates its memory and makes it a
+    /// sealed, unreferenced object again. The daemon must copy the bytes
+    /// from `SpillRef` into the returned location before anyone reads it
+    /// (it does so in the same critical section). Spill room first with
+    /// [`Store::spill_plan`], or this may evict.
+    pub fn restore(&mut self, id: ObjectId) -> Result<(Location, SpillRef, Effects), StoreError> {
+        let (data_size, metadata_size) = self
+            .spilled_sizes(&id)
+            .ok_or(StoreError::ObjectNotFound(id))?;
+        let mut fx = Effects::default();
+        let need = allocation_size(data_size, metadata_size);
+        let offset = self.make_room(need, &mut fx)?;
+        let (s, dead) = self
+            .spill
+            .as_mut()
+            .and_then(|t| t.take(&id))
+            .expect("checked above");
+        fx.dead_segments.extend(dead);
+        if let Some(t) = self.spill.as_mut() {
+            t.restored_total += 1;
+        }
+        let location = Location {
+            arena: 0,
+            offset,
+            data_size,
+            metadata_size,
+        };
+        let mut entry = Entry {
+            location,
+            alloc_size: need,
+            state: ObjectState::Sealed,
+            ref_count: 0,
+            create_time_us: s.create_time_us,
+            seal_time_us: s.construct_us.map(|c| s.create_time_us + c),
+            delete_pending: false,
+            lru_tick: None,
+        };
+        entry.lru_tick = Some(self.lru.push(id, need));
+        self.objects.insert(id, entry);
+        Ok((location, s.at, fx))
+    }
+
+    /// Drops a spilled object whose bytes could not be read back.
+    pub fn forget_spilled(&mut self, id: ObjectId) -> Effects {
+        let mut fx = Effects::default();
+        if let Some((_, dead)) = self.spill.as_mut().and_then(|t| t.take(&id)) {
+            fx.dead_segments.extend(dead);
+            self.publish(
+                Event {
+                    kind: EventKind::Deleted,
+                    id,
+                    data_size: 0,
+                    metadata_size: 0,
+                },
+                &mut fx,
+            );
+        }
+        fx
     }
 
     /// Deletes `id` now, or once it is unreferenced and sealed.
     pub fn delete(&mut self, id: ObjectId) -> (DeleteOutcome, Effects) {
+        if self.is_spilled(&id) {
+            return (DeleteOutcome::Deleted, self.forget_spilled(id));
+        }
         let mut fx = Effects::default();
         let Some(e) = self.objects.get_mut(&id) else {
             return (DeleteOutcome::NotFound, fx);
@@ -313,8 +524,9 @@ impl Store {
         self.subscribers.insert(client);
     }
 
-    /// Every object, sealed or not.
+    /// Every object, sealed or not, spilled ones included.
     pub fn list(&self) -> Vec<ObjectInfo> {
+        let spilled = self.spill.iter().flat_map(|t| t.objects.iter());
         self.objects
             .iter()
             .map(|(id, e)| ObjectInfo {
@@ -325,7 +537,23 @@ impl Store {
                 create_time_us: e.create_time_us,
                 construct_duration_us: e.seal_time_us.map(|s| s - e.create_time_us),
                 delete_pending: e.delete_pending,
+                spilled: false,
             })
+            .chain(spilled.map(|(id, s)| ObjectInfo {
+                id: *id,
+                location: Location {
+                    arena: 0,
+                    offset: 0,
+                    data_size: s.data_size,
+                    metadata_size: s.metadata_size,
+                },
+                ref_count: 0,
+                state: ObjectState::Sealed,
+                create_time_us: s.create_time_us,
+                construct_duration_us: s.construct_us,
+                delete_pending: false,
+                spilled: true,
+            }))
             .collect()
     }
 
@@ -344,6 +572,12 @@ impl Store {
             free_blocks: self.alloc.free_ranges() as u64,
             fragmentation: self.alloc.fragmentation(),
             evictable_bytes: self.lru.bytes(),
+            spilled_objects: self.spill.as_ref().map_or(0, |t| t.objects.len() as u64),
+            spilled_bytes: self.spill.as_ref().map_or(0, |t| t.live_bytes()),
+            spill_dir_bytes: self.spill.as_ref().map_or(0, |t| t.used),
+            spill_segments: self.spill.as_ref().map_or(0, |t| t.segment_count() as u64),
+            spills: self.spill.as_ref().map_or(0, |t| t.spilled_total),
+            restores: self.spill.as_ref().map_or(0, |t| t.restored_total),
         }
     }
 

@@ -245,3 +245,81 @@ fn capacity_is_reported_as_configured_and_an_object_of_exactly_that_size_fits() 
     ));
     assert!(s.contains(&id(1)), "nothing was evicted for it");
 }
+
+#[test]
+fn spilling_keeps_the_books_without_io() {
+    // 8 KiB store, objects of 1 KiB: the ninth needs room.
+    let mut s = Store::with_spill(8192, 1 << 20);
+    let c = s.connect();
+    for n in 1..=8 {
+        sealed(&mut s, c, n, 1024);
+    }
+    assert!(!s.spill_plan(1000, 0).is_empty(), "full: something must go");
+    let plan = s.spill_plan(1000, 0);
+    // Oldest first, and a batch: an eighth of the store (1 KiB) at least.
+    assert_eq!(plan[0].id, id(1));
+    let bytes: u64 = plan.iter().map(|v| v.len).sum();
+    let seg = s.reserve_spill(bytes).unwrap();
+    let offsets: Vec<u64> = plan
+        .iter()
+        .scan(0, |o, v| {
+            let at = *o;
+            *o += v.len;
+            Some(at)
+        })
+        .collect();
+    s.mark_spilled(seg, bytes, &plan, &offsets);
+    assert!(s.is_spilled(&id(1)) && s.contains(&id(1)));
+    assert_eq!(
+        s.get(c, id(1)),
+        None,
+        "a spilled object must be restored first"
+    );
+    assert_eq!(
+        s.create(c, id(1), 1, 0, 0).unwrap_err(),
+        StoreError::ObjectExists(id(1))
+    );
+    let listed = s.list();
+    assert_eq!(listed.iter().filter(|o| o.spilled).count(), plan.len());
+    sealed(&mut s, c, 9, 1000);
+    let st = s.stats();
+    assert_eq!(
+        (st.spilled_objects, st.spills, st.evictions),
+        (plan.len() as u64, plan.len() as u64, 0)
+    );
+    // Restoring needs room again; the daemon spills first, as here.
+    let more = s.spill_plan(1024, 0);
+    let more_bytes = more.iter().map(|v| v.len).sum();
+    let seg2 = s.reserve_spill(more_bytes).unwrap();
+    let offs: Vec<u64> = (0..more.len() as u64).map(|i| i * 1024).collect();
+    s.mark_spilled(seg2, more_bytes, &more, &offs);
+    let (loc, at, fx) = s.restore(id(1)).unwrap();
+    let mut dead = fx.dead_segments;
+    assert_eq!((at.segment, at.offset, at.len), (seg, 0, 1024));
+    assert_eq!(loc.data_size, 1024);
+    assert_eq!(s.get(c, id(1)), Some(loc));
+    // Restoring or deleting the last object of a segment frees it.
+    for v in plan.iter().skip(1) {
+        let (outcome, fx) = s.delete(v.id);
+        assert_eq!(outcome, DeleteOutcome::Deleted);
+        dead.extend(fx.dead_segments);
+    }
+    assert_eq!(dead, vec![seg], "the first segment has no object left");
+    assert!(s.stats().restores == 1);
+    // The spill directory's limit is enforced.
+    assert!(matches!(
+        s.reserve_spill(2 << 20),
+        Err(StoreError::SpillFull { .. })
+    ));
+}
+
+#[test]
+fn without_spilling_there_is_no_plan() {
+    let mut s = Store::new(4096);
+    let c = s.connect();
+    for n in 1..=4 {
+        sealed(&mut s, c, n, 1024);
+    }
+    assert!(s.spill_plan(2000, 0).is_empty());
+    assert!(s.reserve_spill(1).is_err());
+}

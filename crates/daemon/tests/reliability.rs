@@ -1,0 +1,303 @@
+//! Spilling, waiting for space, who may connect, and a store that dies
+//! under its clients. Each test runs real store processes.
+
+mod common;
+
+use common::{temp_dir, TestStore};
+use ferroplasma_client::{Client, ClientError, ObjectId};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Bytes derived from the id, so a reader can check what it got.
+fn content(id: ObjectId, len: usize) -> Vec<u8> {
+    let mut x = u64::from_le_bytes(id.0[..8].try_into().unwrap()) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn spill_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|d| std::fs::read_dir(d.path()).unwrap().count())
+        .sum()
+}
+
+#[test]
+fn spilled_objects_come_back_byte_exact() {
+    let spill = temp_dir("spill");
+    let store = TestStore::start_with("1MiB", &["--spill-dir", spill.to_str().unwrap()]);
+    let c = store.client();
+    let ids: Vec<ObjectId> = (0..6).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        c.put(*id, &content(*id, 300_000), &content(*id, 100)[..7])
+            .unwrap();
+    }
+    let s = c.stats().unwrap();
+    assert!(s.spilled_objects >= 3, "{s:?}");
+    assert_eq!(s.evictions, 0, "nothing is dropped when spilling");
+    let listed = c.list().unwrap();
+    assert_eq!(listed.len(), 6);
+    assert_eq!(
+        listed.iter().filter(|o| o.spilled).count() as u64,
+        s.spilled_objects
+    );
+    assert!(c.contains(&ids).unwrap().iter().all(|&b| b));
+    // Every object, spilled or not, reads back exactly (gets restore).
+    for id in &ids {
+        let b = c
+            .get(&[*id], Some(Duration::ZERO))
+            .unwrap()
+            .remove(0)
+            .unwrap();
+        assert_eq!(b.data(), &content(*id, 300_000)[..]);
+        assert_eq!(b.metadata(), &content(*id, 100)[..7]);
+    }
+    let s = c.stats().unwrap();
+    assert!(s.restores >= 3);
+    // Deleting everything leaves no segment file behind.
+    c.delete(&ids).unwrap();
+    store.eventually("spill files removed", || {
+        c.stats().unwrap().spilled_objects == 0 && spill_files(&spill) == 0
+    });
+    drop(store);
+    let _ = std::fs::remove_dir_all(&spill);
+}
+
+#[test]
+fn small_objects_are_spilled_in_batches() {
+    let spill = temp_dir("spill-batch");
+    let store = TestStore::start_with("256KiB", &["--spill-dir", spill.to_str().unwrap()]);
+    let c = store.client();
+    let ids: Vec<ObjectId> = (0..2000).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        c.put(*id, &content(*id, 1000), b"").unwrap();
+    }
+    let s = c.stats().unwrap();
+    assert!(s.spilled_objects > 1000, "{s:?}");
+    assert!(
+        (spill_files(&spill) as u64) * 10 < s.spilled_objects,
+        "{} files for {} objects",
+        spill_files(&spill),
+        s.spilled_objects
+    );
+    for id in ids.iter().step_by(97) {
+        let b = c.get(&[*id], None).unwrap().remove(0).unwrap();
+        assert_eq!(b.data(), &content(*id, 1000)[..]);
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(&spill);
+}
+
+#[test]
+fn a_full_spill_directory_is_a_clear_store_full_error() {
+    let spill = temp_dir("spill-full");
+    let store = TestStore::start_with(
+        "1MiB",
+        &[
+            "--spill-dir",
+            spill.to_str().unwrap(),
+            "--spill-limit",
+            "600KiB",
+        ],
+    );
+    let c = store.client();
+    let t = Instant::now();
+    let mut stored = Vec::new();
+    let err = loop {
+        let id = ObjectId::random();
+        match c.put(id, &content(id, 250_000), b"") {
+            Ok(()) => stored.push(id),
+            Err(e) => break e,
+        }
+        assert!(stored.len() < 100, "the limit was never reached");
+    };
+    assert!(t.elapsed() < Duration::from_secs(10), "no hang");
+    assert!(matches!(err, ClientError::StoreFull(_)), "{err}");
+    assert!(err.to_string().contains("spill"), "{err}");
+    // Nothing stored is lost: a get either returns the right bytes or, while
+    // memory and spill directory are both full, a clear StoreFull error.
+    let mut readable = 0;
+    for id in &stored {
+        match c.get(&[*id], Some(Duration::ZERO)) {
+            Ok(mut v) => {
+                let b = v.remove(0).expect("stored objects stay");
+                assert_eq!(b.data(), &content(*id, 250_000)[..]);
+                readable += 1;
+            }
+            Err(e) => assert!(matches!(e, ClientError::StoreFull(_)), "{e}"),
+        }
+    }
+    assert!(readable > 0);
+    // Making room makes every object readable again.
+    let (gone, kept) = stored.split_at(stored.len() / 2);
+    c.delete(gone).unwrap();
+    for id in kept {
+        let b = c
+            .get(&[*id], Some(Duration::ZERO))
+            .unwrap()
+            .remove(0)
+            .unwrap();
+        assert_eq!(b.data(), &content(*id, 250_000)[..]);
+    }
+    drop(store);
+    let _ = std::fs::remove_dir_all(&spill);
+}
+
+#[test]
+fn without_a_spill_dir_eviction_drops_objects_as_before() {
+    let store = TestStore::start("1MiB");
+    let c = store.client();
+    for _ in 0..6 {
+        c.put(ObjectId::random(), &[7u8; 300_000], b"").unwrap();
+    }
+    let s = c.stats().unwrap();
+    assert!(s.evictions >= 3 && s.spilled_objects == 0, "{s:?}");
+}
+
+#[test]
+fn a_create_can_wait_for_space() {
+    let store = TestStore::start("1MiB");
+    let holder = store.client();
+    let big = ObjectId::random();
+    holder.put(big, &[1u8; 800_000], b"").unwrap();
+    let held = holder.get(&[big], None).unwrap();
+    let c = store.client();
+    // Without waiting: refused at once.
+    let err = c.create(ObjectId::random(), 500_000, b"").unwrap_err();
+    assert!(matches!(err, ClientError::StoreFull(_)), "{err}");
+    // Waiting, with a limit that runs out.
+    let t = Instant::now();
+    let err = c
+        .create_waiting(
+            ObjectId::random(),
+            500_000,
+            b"",
+            Some(Duration::from_millis(300)),
+        )
+        .unwrap_err();
+    assert!(matches!(err, ClientError::StoreFull(_)), "{err}");
+    assert!(t.elapsed() >= Duration::from_millis(290) && t.elapsed() < Duration::from_secs(5));
+    // Waiting while another client lets go.
+    let waiter = std::thread::spawn({
+        let socket = store.path().to_path_buf();
+        move || {
+            let c = Client::connect(Some(&socket)).unwrap();
+            let id = ObjectId::random();
+            let t = Instant::now();
+            let mut b = c.create_waiting(id, 500_000, b"", Some(Duration::from_secs(20)))?;
+            b.as_mut_slice().fill(9);
+            c.seal(id)?;
+            Ok::<_, ClientError>(t.elapsed())
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(held);
+    holder.delete(&[big]).unwrap();
+    let waited = waiter.join().unwrap().unwrap();
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    // An object larger than the store never waits.
+    let err = c
+        .create_waiting(ObjectId::random(), 2 << 20, b"", None)
+        .unwrap_err();
+    assert!(matches!(err, ClientError::StoreFull(_)));
+}
+
+// ------------------------------------------------------------ store killed
+
+#[test]
+fn clients_of_a_killed_store_get_an_error_promptly() {
+    let mut store = TestStore::start("8MiB");
+    let c = store.client();
+    let blocked = std::thread::spawn({
+        let socket = store.path().to_path_buf();
+        move || {
+            let c = Client::connect(Some(&socket)).unwrap();
+            let t = Instant::now();
+            let r = c.get(&[ObjectId::random()], None);
+            (r.map(|_| ()), t.elapsed())
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut child = store.child.take().unwrap();
+    child.kill().unwrap(); // SIGKILL: no goodbye to anyone
+    child.wait().unwrap();
+    let t = Instant::now();
+    let (r, _) = blocked.join().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(2), "the blocked get hung");
+    assert!(matches!(r, Err(ClientError::Disconnected(_))), "{r:?}");
+    let err = c.create(ObjectId::random(), 100, b"").unwrap_err();
+    assert!(matches!(err, ClientError::Disconnected(_)), "{err}");
+    let err = Client::connect(Some(store.path())).unwrap_err();
+    assert!(matches!(err, ClientError::StoreUnavailable { .. }), "{err}");
+}
+
+// ------------------------------------------------------------ who may connect
+
+/// Child process: drop to uid/gid 65534 (nobody), then try to use the store.
+#[test]
+#[ignore = "helper: runs only as a child process of the allow-list test"]
+fn child_as_nobody() {
+    let Ok(socket) = std::env::var("FP_NOBODY_SOCKET") else {
+        return;
+    };
+    nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).unwrap();
+    nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).unwrap();
+    match Client::connect(Some(socket.as_ref())).and_then(|c| c.stats()) {
+        Ok(_) => println!("RESULT allowed"),
+        Err(e) => println!("RESULT refused: {e}"),
+    }
+}
+
+fn connect_as_nobody(socket: &Path) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_as_nobody",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FP_NOBODY_SOCKET", socket)
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| panic!("child said nothing: {text}"))
+}
+
+#[test]
+fn only_allowed_users_may_connect() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    // A socket anyone may open: the allow-list alone keeps others out.
+    let open = TestStore::start_with("8MiB", &["--socket-mode", "666"]);
+    std::fs::set_permissions(
+        &open.dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let got = connect_as_nobody(open.path());
+    assert!(got.starts_with("refused"), "{got}");
+    open.client().stats().unwrap(); // root still may
+    let allowed =
+        TestStore::start_with("8MiB", &["--socket-mode", "666", "--allow-uid", "0,65534"]);
+    std::fs::set_permissions(
+        &allowed.dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    assert_eq!(connect_as_nobody(allowed.path()), "allowed");
+}

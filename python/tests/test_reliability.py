@@ -1,0 +1,73 @@
+"""Spilling, waiting for space and a dying store, through the Python API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ferroplasma as fp
+
+
+def test_spilled_objects_are_listed_and_come_back(tmp_path):
+    with fp.start_store("1MiB", spill_dir=str(tmp_path)) as store:
+        c = store.connect()
+        arrays = [np.full(40_000, i, dtype=np.float64) for i in range(6)]  # 320 kB each
+        ids = [c.put(a) for a in arrays]
+        listed = c.list()
+        spilled = [oid for oid, info in listed.items() if info["spilled"]]
+        assert len(spilled) >= 3
+        assert c.stats()["spilled_objects"] == len(spilled)
+        assert all(c.contains(ids))
+        for oid, a in zip(ids, arrays):
+            np.testing.assert_array_equal(c.get(oid), a)
+        assert c.stats()["restores"] >= 3
+
+
+def test_put_can_wait_for_space():
+    with fp.start_store("1MiB") as store:
+        holder, c = store.connect(), store.connect()
+        big = holder.put(np.zeros(100_000))  # 800 kB
+        view = holder.get(big)
+        with pytest.raises(fp.errors.StoreFull):
+            c.put(np.zeros(60_000))
+        t = time.monotonic()
+        with pytest.raises(fp.errors.StoreFull):
+            c.put(np.zeros(60_000), wait=0.2)
+        assert time.monotonic() - t >= 0.19
+
+        def let_go():
+            time.sleep(0.2)
+            nonlocal view
+            del view
+            holder.delete(big)
+
+        threading.Thread(target=let_go).start()
+        oid = c.put(np.ones(60_000), wait=10)
+        assert c.get(oid)[0] == 1.0
+
+
+def test_a_dying_store_raises_store_unavailable():
+    with fp.start_store("8MiB") as store:
+        c = store.connect()
+        got = {}
+
+        def blocked():
+            try:
+                c.get(fp.ObjectID.random(), timeout=None)
+            except fp.errors.StoreUnavailable as e:
+                got["error"] = e
+
+        t = threading.Thread(target=blocked)
+        t.start()
+        time.sleep(0.2)
+        os.kill(store.process.pid, signal.SIGKILL)
+        t.join(5)
+        assert not t.is_alive(), "the blocked get hung"
+        assert isinstance(got["error"], fp.errors.Disconnected)
+        with pytest.raises(fp.errors.StoreUnavailable):
+            c.put(b"x" * 100_000)
