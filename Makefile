@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare clean
+.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare stress clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,11 @@ lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff
 fmt: $(VENV)/.deps ## Format the code
 	$(CARGO) fmt --all
 	$(VENV)/bin/ruff format python bench
+
+# The reliability tests at 20x their CI size; they print their counts.
+stress: ## Fuzz, kill, stress and hostile-input tests, 20x longer than in make test
+	FP_STRESS_SCALE=20 FP_FUZZ_CASES=500000 $(CARGO) test --release -p ferroplasma-protocol --test fuzz_decoder -- --nocapture
+	FP_STRESS_SCALE=20 $(CARGO) test --release -p ferroplasma-daemon --test chaos --test robustness --test reliability -- --nocapture --test-threads=1
 
 bench: ## Per-operation latency next to a Unix-socket round trip, as ratios
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench

@@ -111,6 +111,27 @@ impl Arena {
         fill(buf)
     }
 
+    /// Makes the kernel allocate every page of the arena now (fallocate), so
+    /// that a short filesystem fails the start with a clear error instead of
+    /// a client dying of SIGBUS on a page of its object later.
+    pub fn reserve(&self) -> Result<(), DaemonError> {
+        nix::fcntl::fallocate(
+            std::os::fd::AsRawFd::as_raw_fd(&self.file),
+            nix::fcntl::FallocateFlags::empty(),
+            0,
+            self.size as i64,
+        )
+        .map_err(|e| {
+            DaemonError::arena(
+                format!(
+                    "reserving all {} bytes of the arena (--prefault)",
+                    self.size
+                ),
+                std::io::Error::from(e),
+            )
+        })
+    }
+
     /// Touches every page so the kernel backs the whole arena now.
     pub fn prefault(&self) {
         let base = self.map.as_mut_ptr();

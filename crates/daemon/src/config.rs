@@ -90,6 +90,36 @@ impl StoreConfig {
         }
     }
 
+    /// Checks that the backing filesystem (--dir, else /dev/shm) has room
+    /// for `memory`, so the store never promises more shared memory than it
+    /// can give; returns a line saying how much is free. With --prefault
+    /// the pages are reserved at start anyway, so only that check applies.
+    pub fn check_backing(&self, memory: u64) -> Result<String, DaemonError> {
+        let dir = self.dir.clone().unwrap_or_else(|| "/dev/shm".into());
+        let free = free_space(&dir)?;
+        if memory > free && !self.prefault && !self.hugepages {
+            return Err(DaemonError::BadSize(format!(
+                "--memory {} is more than the {} free in {}: clients would die of SIGBUS \
+                 when it runs out. Lower --memory, free space in {}, or pass --prefault to \
+                 reserve the memory at start",
+                human(memory),
+                human(free),
+                dir.display(),
+                dir.display()
+            )));
+        }
+        Ok(format!(
+            "{} free in {}{}",
+            human(free),
+            dir.display(),
+            if self.prefault {
+                "; the arena's pages are reserved at start (--prefault)"
+            } else {
+                ""
+            }
+        ))
+    }
+
     /// The spill directory's limit in force, and where it came from.
     pub fn spill_limit(&self) -> Result<Option<(u64, String)>, DaemonError> {
         let Some(dir) = &self.spill_dir else {

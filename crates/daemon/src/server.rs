@@ -21,11 +21,13 @@ pub fn run(config: StoreConfig) -> Result<(), DaemonError> {
 /// Runs a store on the current tokio runtime until SIGTERM or SIGINT.
 pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     let (memory, why) = config.memory_size()?;
+    let honest = config.check_backing(memory)?;
     let path = config.socket_path();
     let arena = Arena::create(memory, config.dir.as_deref(), config.hugepages)?;
     let (std_listener, _guard) = listener::bind(&path, config.socket_mode)?;
     if config.prefault {
         let t = std::time::Instant::now();
+        arena.reserve()?;
         arena.prefault();
         tracing::info!(seconds = t.elapsed().as_secs_f64(), "prefaulted the arena");
     }
@@ -43,7 +45,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     tracing::info!(
         socket = %path.display(),
         memory = %human(memory),
-        "ferroplasma store ready ({why}; backing: {})",
+        "ferroplasma store ready ({why}; {honest}; backing: {})",
         match (&config.dir, config.hugepages) {
             (Some(d), _) => format!("file in {}", d.display()),
             (None, true) => "memfd, huge pages".into(),

@@ -63,7 +63,7 @@ fn checksum(data: &[u8]) -> [u8; 8] {
     h.to_le_bytes()
 }
 
-fn spawn_self(test: &str, envs: &[(&str, String)]) -> std::process::Child {
+fn spawn_self(test: &str, envs: &[(&str, String)], stderr: Stdio) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -73,7 +73,7 @@ fn spawn_self(test: &str, envs: &[(&str, String)]) -> std::process::Child {
         "--test-threads=1",
     ])
     .stdout(Stdio::piped())
-    .stderr(Stdio::null());
+    .stderr(stderr);
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -160,6 +160,7 @@ fn clients_killed_at_random_points_leave_exact_accounting() {
                 ("FP_CHAOS_SOCKET", store.path().display().to_string()),
                 ("FP_CHAOS_SEED", (k + 1).to_string()),
             ],
+            Stdio::null(),
         );
         // Wait for READY half of the time; kill the rest wherever they are
         // (connecting, handshaking, or at work).
@@ -229,26 +230,30 @@ fn stress_worker() {
     let c = Client::connect(Some(socket.as_ref())).unwrap();
     let mut r = Rng((w + 1) * 0x2545f4914f6cdd1d);
     let (mut next, mut reads, mut verified, mut absent, mut full, mut corrupt) = (0, 0, 0, 0, 0, 0);
-    let mut deleted = 0;
+    // Objects oldest..next of this worker may be live; at most LIVE of them
+    // (about 50 MB per worker), so the working set is bounded yet far larger
+    // than the store.
+    const LIVE: u64 = 2000;
+    let (mut oldest, mut deleted) = (0u64, 0u64);
     for _ in 0..ops {
-        match r.below(10) {
-            0..=3 => {
-                let id = object_id(w, next);
-                next += 1;
-                let data = content(id);
-                match c.put(id, &data, &checksum(&data)) {
-                    Ok(()) => {}
-                    Err(ClientError::StoreFull(_)) => full += 1,
-                    Err(e) => panic!("put: {e}"),
-                }
+        let pick = r.below(10);
+        if pick < 4 && next - oldest < LIVE {
+            let id = object_id(w, next);
+            next += 1;
+            let data = content(id);
+            match c.put(id, &data, &checksum(&data)) {
+                Ok(()) => {}
+                Err(ClientError::StoreFull(_)) => full += 1,
+                Err(e) => panic!("put: {e}"),
             }
-            4..=8 => {
-                // Read any worker's object that may exist.
-                let ow = r.below(workers);
-                let seq = r.below(next.max(1) + 5);
-                let id = object_id(ow, seq);
-                reads += 1;
-                match c.get(&[id], Some(Duration::ZERO)).unwrap().remove(0) {
+        } else if pick < 9 {
+            // Read a recent object of any worker; it may not exist (yet).
+            let ow = r.below(workers);
+            let seq = oldest + r.below(next - oldest + 5);
+            let id = object_id(ow, seq);
+            reads += 1;
+            match c.get(&[id], Some(Duration::ZERO)) {
+                Ok(mut v) => match v.remove(0) {
                     None => absent += 1,
                     Some(b) => {
                         let want = content(id);
@@ -258,15 +263,15 @@ fn stress_worker() {
                             verified += 1;
                         }
                     }
-                }
+                },
+                // Memory and spill directory both full: no room to restore.
+                Err(ClientError::StoreFull(_)) => full += 1,
+                Err(e) => panic!("get: {e}"),
             }
-            _ => {
-                if next > 0 {
-                    let id = object_id(w, r.below(next));
-                    c.delete(&[id]).unwrap();
-                    deleted += 1;
-                }
-            }
+        } else if oldest < next {
+            c.delete(&[object_id(w, oldest)]).unwrap();
+            oldest += 1;
+            deleted += 1;
         }
     }
     println!(
@@ -299,6 +304,7 @@ fn stress(extra: &[&str]) -> (Totals, ferroplasma_client::Stats) {
                     ("FP_STRESS_WORKERS", workers.to_string()),
                     ("FP_STRESS_OPS", ops.to_string()),
                 ],
+                Stdio::piped(),
             )
         })
         .collect();
@@ -317,7 +323,10 @@ fn stress(extra: &[&str]) -> (Totals, ferroplasma_client::Stats) {
         let line = text
             .lines()
             .find_map(|l| l.split_once("COUNTS ").map(|(_, rest)| rest))
-            .unwrap_or_else(|| panic!("a stress worker failed: {text}"));
+            .unwrap_or_else(|| {
+                let err = String::from_utf8_lossy(&out.stderr);
+                panic!("a stress worker failed: {text}\n{err}")
+            });
         let v: Vec<u64> = line.split(' ').map(|x| x.parse().unwrap()).collect();
         t.ops += v[0];
         t.puts += v[1];

@@ -211,6 +211,25 @@ fn a_create_can_wait_for_space() {
     assert!(matches!(err, ClientError::StoreFull(_)));
 }
 
+// ------------------------------------------------------------ memory honesty
+
+#[test]
+fn a_store_never_promises_more_than_the_backing_filesystem_has() {
+    let dir = temp_dir("honest");
+    let out = Command::new(common::bin())
+        .args(["store", "--memory", "1000TiB", "--socket"])
+        .arg(dir.join("s.sock"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("SIGBUS") && err.contains("--prefault"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // ------------------------------------------------------------ store killed
 
 #[test]

@@ -93,69 +93,101 @@ fn assert_serves(store: &TestStore) {
     );
 }
 
+/// One hostile connection: noise, lies about lengths, truncated or
+/// bit-flipped frames, with or without a handshake first.
+fn hostile_round(store: &TestStore, noise: &mut Noise, round: u64, keep: ObjectId) {
+    let mut s = raw(store);
+    if round % 2 == 1 {
+        handshake(&mut s);
+    }
+    match round % 5 {
+        // Pure noise.
+        0 => {
+            let n = (noise.next() % 300) as usize;
+            let _ = s.write_all(&noise.bytes(n));
+        }
+        // A plausible length, then noise of that length.
+        1 => {
+            let n = (noise.next() % 200) as u32;
+            let _ = s.write_all(&n.to_le_bytes());
+            let _ = s.write_all(&noise.bytes(n as usize));
+        }
+        // A huge announced length.
+        2 => {
+            let _ = s.write_all(&u32::MAX.to_le_bytes());
+        }
+        // A truncated valid frame.
+        3 => {
+            let f = encode_frame(&pb::Request {
+                request_id: 9,
+                body: Some(request::Body::Stats(pb::Stats {})),
+            });
+            let cut = (noise.next() as usize) % f.len();
+            let _ = s.write_all(&f[..cut]);
+        }
+        // A valid frame with flipped bits.
+        _ => {
+            let mut f = encode_frame(&pb::Request {
+                request_id: 9,
+                body: Some(request::Body::Get(pb::Get {
+                    object_ids: keep.0.to_vec(),
+                    timeout_ms: 0,
+                })),
+            });
+            let i = 4 + (noise.next() as usize) % (f.len() - 4);
+            f[i] ^= 1 << (noise.next() % 8);
+            let _ = s.write_all(&f);
+        }
+    }
+}
+
+/// Hostile connections from several threads at once while a well-behaved
+/// client keeps working; `FP_STRESS_SCALE` multiplies the count.
 #[test]
 fn garbage_from_many_connections_leaves_the_store_serving() {
     let mut store = TestStore::start("16MiB");
     let good = store.client();
     let keep = ObjectId::random();
     good.put(keep, b"precious", b"").unwrap();
-    let mut noise = Noise(0x9e3779b97f4a7c15);
-    let mut frames = 0u32;
-    for round in 0..300 {
-        let mut s = raw(&store);
-        if round % 2 == 1 {
-            handshake(&mut s);
+    let scale: u64 = std::env::var("FP_STRESS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let (threads, rounds) = (4u64, 150 * scale);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let served = std::thread::scope(|sc| {
+        let store = &store;
+        let hostile: Vec<_> = (0..threads)
+            .map(|t| {
+                sc.spawn(move || {
+                    let mut noise = Noise(0x9e3779b97f4a7c15 ^ (t + 1));
+                    for round in 0..rounds {
+                        hostile_round(store, &mut noise, round, keep);
+                    }
+                })
+            })
+            .collect();
+        // The well-behaved client, throughout.
+        let checker = sc.spawn(|| {
+            let mut n = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_serves(store);
+                n += 1;
+            }
+            n
+        });
+        for h in hostile {
+            h.join().unwrap();
         }
-        match round % 5 {
-            // Pure noise.
-            0 => {
-                let n = (noise.next() % 300) as usize;
-                let _ = s.write_all(&noise.bytes(n));
-            }
-            // A plausible length, then noise of that length.
-            1 => {
-                let n = (noise.next() % 200) as u32;
-                let _ = s.write_all(&n.to_le_bytes());
-                let _ = s.write_all(&noise.bytes(n as usize));
-            }
-            // A huge announced length.
-            2 => {
-                let _ = s.write_all(&u32::MAX.to_le_bytes());
-            }
-            // A truncated valid frame.
-            3 => {
-                let f = encode_frame(&pb::Request {
-                    request_id: 9,
-                    body: Some(request::Body::Stats(pb::Stats {})),
-                });
-                let cut = (noise.next() as usize) % f.len();
-                let _ = s.write_all(&f[..cut]);
-            }
-            // A valid frame with flipped bits.
-            _ => {
-                let mut f = encode_frame(&pb::Request {
-                    request_id: 9,
-                    body: Some(request::Body::Get(pb::Get {
-                        object_ids: keep.0.to_vec(),
-                        timeout_ms: 0,
-                    })),
-                });
-                let i = 4 + (noise.next() as usize) % (f.len() - 4);
-                f[i] ^= 1 << (noise.next() % 8);
-                let _ = s.write_all(&f);
-            }
-        }
-        frames += 1;
-        drop(s);
-        if round % 50 == 0 {
-            assert!(store.alive());
-            assert_serves(&store);
-        }
-    }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        checker.join().unwrap()
+    });
+    let frames = threads * rounds;
     assert!(
         store.alive(),
         "the store died after {frames} hostile frames"
     );
+    assert!(served > 0);
     assert_eq!(
         good.get(&[keep], None).unwrap()[0].as_ref().unwrap().data(),
         b"precious"
@@ -163,7 +195,10 @@ fn garbage_from_many_connections_leaves_the_store_serving() {
     store.eventually("hostile connections are cleaned up", || {
         good.stats().unwrap().clients == 1 && good.stats().unwrap().referenced_objects == 0
     });
-    eprintln!("{frames} hostile frames/connections survived");
+    println!(
+        "{frames} hostile frames on as many connections from {threads} threads; \
+         a well-behaved client was served {served} times meanwhile"
+    );
 }
 
 #[test]
