@@ -393,8 +393,10 @@ impl Connection {
                 check_inline("metadata", c.metadata.len())?;
                 let mut sh = self.shared.lock();
                 let now = now_us();
-                sh.spill_for(c.data.len() as u64, c.metadata.len() as u64)
-                    .map_err(store_refusal)?;
+                if !sh.store.exists(&id) {
+                    sh.spill_for(c.data.len() as u64, c.metadata.len() as u64)
+                        .map_err(store_refusal)?;
+                }
                 let (loc, mut fx) = sh
                     .store
                     .create(
@@ -482,9 +484,14 @@ impl Connection {
         let mut sh = self.shared.lock();
         let meta = metadata.len() as u64;
         let fits_at_all = data_size.saturating_add(meta) <= sh.store.capacity();
-        let created = sh
-            .spill_for(data_size, meta)
-            .and_then(|()| sh.store.create(self.client, id, data_size, meta, now_us()));
+        // Spill only for a create that can succeed (not for a taken id).
+        let room = if sh.store.exists(&id) {
+            Ok(())
+        } else {
+            sh.spill_for(data_size, meta)
+        };
+        let created =
+            room.and_then(|()| sh.store.create(self.client, id, data_size, meta, now_us()));
         match created {
             Ok((loc, fx)) => {
                 sh.arena.write(loc.metadata_offset(), metadata);

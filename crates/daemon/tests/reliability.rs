@@ -51,6 +51,13 @@ fn spilled_objects_come_back_byte_exact() {
         s.spilled_objects
     );
     assert!(c.contains(&ids).unwrap().iter().all(|&b| b));
+    // A create of a taken id is refused without spilling anything for it.
+    let before = c.stats().unwrap().spills;
+    let err = c.create(ids[5], 300_000, b"").unwrap_err();
+    assert!(matches!(err, ClientError::ObjectExists { .. }), "{err}");
+    let err = c.create(ids[0], 300_000, b"").unwrap_err(); // a spilled one
+    assert!(matches!(err, ClientError::ObjectExists { .. }), "{err}");
+    assert_eq!(c.stats().unwrap().spills, before);
     // Every object, spilled or not, reads back exactly (gets restore).
     for id in &ids {
         let b = c

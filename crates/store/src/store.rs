@@ -143,7 +143,7 @@ impl Store {
         metadata_size: u64,
         now_us: i64,
     ) -> Result<(Location, Effects), StoreError> {
-        if self.objects.contains_key(&id) || self.is_spilled(&id) {
+        if self.exists(&id) {
             return Err(StoreError::ObjectExists(id));
         }
         let mut fx = Effects::default();
@@ -312,6 +312,11 @@ impl Store {
                 .objects
                 .get(id)
                 .is_some_and(|e| e.is_sealed() && !e.delete_pending)
+    }
+
+    /// Whether the id is taken: by an object in any state, spilled included.
+    pub fn exists(&self, id: &ObjectId) -> bool {
+        self.objects.contains_key(id) || self.is_spilled(id)
     }
 
     /// Whether `id` is spilled (sealed, its bytes in the spill directory).

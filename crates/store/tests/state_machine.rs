@@ -323,3 +323,14 @@ fn without_spilling_there_is_no_plan() {
     assert!(s.spill_plan(2000, 0).is_empty());
     assert!(s.reserve_spill(1).is_err());
 }
+
+#[test]
+fn a_taken_id_needs_no_room() {
+    let mut s = Store::with_spill(4096, 1 << 20);
+    let c = s.connect();
+    sealed(&mut s, c, 1, 1024);
+    assert!(s.exists(&id(1)));
+    assert!(!s.exists(&id(2)));
+    s.create(c, id(2), 10, 0, 0).unwrap();
+    assert!(s.exists(&id(2)), "unsealed objects take their id too");
+}
