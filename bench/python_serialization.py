@@ -28,23 +28,7 @@ import time
 import numpy as np
 
 import ferroplasma as fp
-
-
-def seed_objects():
-    """The four objects of seed 003, as its benchmark builds them."""
-    rng = np.random.default_rng(0)
-    return [
-        ("List of large numpy arrays", [rng.standard_normal(50000) for _ in range(100)]),
-        (
-            "Dictionary of large numpy arrays",
-            {"weight-" + str(i): rng.standard_normal(50000) for i in range(100)},
-        ),
-        (
-            "Large dictionary of small sets",
-            {i: {"string1" + str(i), "string2" + str(i)} for i in range(100000)},
-        ),
-        ("Large list of strings", [str(i) for i in range(200000)]),
-    ]
+from compare.objects import seed_objects  # bench/ is on sys.path as the script dir
 
 
 def timed(fn, repeat, cleanup=None, min_sample=0.02):

@@ -152,8 +152,35 @@ def _fill(buffer, src: np.ndarray) -> None:
     np.copyto(np.frombuffer(buffer, dtype=np.uint8, count=src.nbytes), src)
 
 
+# ------------------------------------------------- the Plasma-shaped client API
+class _PlasmaShaped(Adapter):
+    """ferroplasma and Plasma share the client calls: get_buffers,
+    contains, delete, put, get, a socket path for readers."""
+
+    socket = None
+    client = None
+
+    def get_many(self, keys):
+        return self.client.get_buffers(keys)
+
+    def contains(self, key):
+        return self.client.contains(key)
+
+    def delete(self, keys):
+        self.client.delete(keys)
+
+    def put(self, obj):
+        return self.client.put(obj)
+
+    def get_obj(self, key):
+        return self.client.get(key)
+
+    def reader_info(self):
+        return {"socket": self.socket}
+
+
 # ----------------------------------------------------------------- ferroplasma
-class FerroplasmaAdapter(Adapter):
+class FerroplasmaAdapter(_PlasmaShaped):
     name = "ferroplasma"
 
     def __init__(self):
@@ -189,24 +216,6 @@ class FerroplasmaAdapter(Adapter):
         self.client.release(oid)
         return oid
 
-    def get_many(self, keys):
-        return self.client.get_buffers(keys)
-
-    def contains(self, key):
-        return self.client.contains(key)
-
-    def delete(self, keys):
-        self.client.delete(keys)
-
-    def put(self, obj):
-        return self.client.put(obj)
-
-    def get_obj(self, key):
-        return self.client.get(key)
-
-    def reader_info(self):
-        return {"socket": self.socket}
-
     def attach(self, info):
         import ferroplasma as fp
 
@@ -221,7 +230,7 @@ class FerroplasmaAdapter(Adapter):
 
 
 # ---------------------------------------------------------------------- plasma
-class PlasmaAdapter(Adapter):
+class PlasmaAdapter(_PlasmaShaped):
     name = "plasma"
 
     def __init__(self):
@@ -267,24 +276,6 @@ class PlasmaAdapter(Adapter):
         self.client.seal(oid)
         del buf  # drops the creator's reference, as Plasma's own put does
         return oid
-
-    def get_many(self, keys):
-        return self.client.get_buffers(keys)
-
-    def contains(self, key):
-        return self.client.contains(key)
-
-    def delete(self, keys):
-        self.client.delete(keys)
-
-    def put(self, obj):
-        return self.client.put(obj)
-
-    def get_obj(self, key):
-        return self.client.get(key)
-
-    def reader_info(self):
-        return {"socket": self.socket}
 
     def attach(self, info):
         import warnings

@@ -480,15 +480,7 @@ impl Store {
         let mut fx = Effects::default();
         if let Some((_, dead)) = self.spill.as_mut().and_then(|t| t.take(&id)) {
             fx.dead_segments.extend(dead);
-            self.publish(
-                Event {
-                    kind: EventKind::Deleted,
-                    id,
-                    data_size: 0,
-                    metadata_size: 0,
-                },
-                &mut fx,
-            );
+            self.publish_deleted(id, &mut fx);
         }
         fx
     }
@@ -666,16 +658,18 @@ impl Store {
         }
         self.alloc.free_range(e.location.offset, e.alloc_size);
         if announce && e.is_sealed() {
-            self.publish(
-                Event {
-                    kind: EventKind::Deleted,
-                    id,
-                    data_size: 0,
-                    metadata_size: 0,
-                },
-                fx,
-            );
+            self.publish_deleted(id, fx);
         }
+    }
+
+    fn publish_deleted(&self, id: ObjectId, fx: &mut Effects) {
+        let event = Event {
+            kind: EventKind::Deleted,
+            id,
+            data_size: 0,
+            metadata_size: 0,
+        };
+        self.publish(event, fx);
     }
 
     fn publish(&self, event: Event, fx: &mut Effects) {
