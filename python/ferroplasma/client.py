@@ -224,11 +224,15 @@ class Client:
 
     # ------------------------------------------------------------ queries
 
-    def contains(self, object_id: IdLike | Sequence[IdLike]):
-        """True if the object is sealed in the store (a list for a list)."""
+    def contains(self, object_id: IdLike | Sequence[IdLike], cluster: bool = False):
+        """True if the object is sealed in the store (a list for a list).
+
+        With ``cluster=True`` (a store started with ``--cluster-listen``):
+        true when it is sealed on any live member of the cluster, e.g.
+        ``client.contains(oid, cluster=True)``."""
         if isinstance(object_id, (ObjectID, bytes, bytearray)):
-            return self._native.contains([as_bytes(object_id)])[0]
-        return self._native.contains([as_bytes(o) for o in object_id])
+            return self._native.contains([as_bytes(object_id)], cluster)[0]
+        return self._native.contains([as_bytes(o) for o in object_id], cluster)
 
     def delete(self, object_ids: IdLike | Sequence[IdLike]) -> builtins.list[str]:
         """Deletes objects now, or when their last reference goes. One of
@@ -237,14 +241,37 @@ class Client:
             object_ids = [object_ids]
         return self._native.delete([as_bytes(o) for o in object_ids])
 
-    def list(self) -> dict[ObjectID, dict[str, Any]]:
+    def list(self, cluster: bool = False) -> dict[ObjectID, dict[str, Any]]:
         """Every object: data_size, metadata_size, ref_count, state
         ("created"/"sealed"), create_time and construct_duration (seconds),
-        delete_pending."""
-        out = {}
-        for d in self._native.list():
-            out[ObjectID(d.pop("object_id"))] = d
+        delete_pending, spilled, cached (a copy pulled from another member).
+
+        With ``cluster=True``: the objects of every live cluster member; each
+        entry describes the original copy and adds ``members``, the
+        addresses of every member holding a copy."""
+        out: dict[ObjectID, dict[str, Any]] = {}
+        for d in self._native.list(cluster):
+            oid = ObjectID(d.pop("object_id"))
+            member = d.pop("member")
+            if not cluster:
+                out[oid] = d
+                continue
+            prev = out.get(oid)
+            if prev is None or (prev["cached"] and not d["cached"]):
+                d["members"] = (prev["members"] if prev else []) + [member]
+                out[oid] = d
+            else:
+                prev["members"].append(member)
         return out
+
+    def cluster_status(self) -> dict[str, Any]:
+        """This store's view of its cluster: ``enabled`` (False for a lone
+        store), ``members`` (each with address, data_address, health —
+        "this", "alive", "dead" or "unknown" —, capacity, used, objects,
+        last_seen in seconds) and this store's transfer counters (fetches,
+        fetched_bytes, served, served_bytes, lookups, claims,
+        directory_entries)."""
+        return self._native.cluster_status()
 
     def evict(self, num_bytes: int) -> int:
         """Evicts least recently used, unreferenced objects until at least

@@ -15,6 +15,7 @@ __all__ = [
     "InvalidRequest",
     "ObjectExists",
     "ObjectLost",
+    "ClusterUnavailable",
     "ObjectNotFound",
     "ObjectNotHeld",
     "ObjectTooLarge",
@@ -79,6 +80,10 @@ class ForkedClient(FerroplasmaError, RuntimeError):
 
 class ObjectLost(FerroplasmaError, LookupError):
     """Every copy of the object was on a host that is gone (cluster mode)."""
+
+
+class ClusterUnavailable(FerroplasmaError, ConnectionError):
+    """A cluster member the request needed did not answer; retry shortly."""
 
 
 class SerializationError(FerroplasmaError, ValueError):

@@ -50,7 +50,14 @@ pub struct ObjectInfo {
     pub delete_pending: bool,
     /// Its bytes are in the store's spill directory (a get brings them back).
     pub spilled: bool,
+    /// In a cluster-wide list: the member holding this copy (empty otherwise).
+    pub node: String,
+    /// A cached copy pulled from another member.
+    pub cached: bool,
 }
+
+/// A store's view of its cluster ([`Client::cluster_status`]).
+pub type ClusterStatus = pb::ClusterStatusReply;
 
 /// Shared by a client and every buffer it handed out.
 #[derive(Debug)]
@@ -370,8 +377,15 @@ impl Client {
 
     /// Whether each object is sealed in the store.
     pub fn contains(&self, ids: &[ObjectId]) -> Result<Vec<bool>> {
+        self.contains_in(ids, false)
+    }
+
+    /// Whether each object is sealed in this store or, with `cluster`, on
+    /// any live member of its cluster.
+    pub fn contains_in(&self, ids: &[ObjectId], cluster: bool) -> Result<Vec<bool>> {
         let body = self.call(request::Body::Contains(pb::Contains {
             object_ids: ferroplasma_protocol::pack_ids(ids),
+            cluster,
         }))?;
         match body {
             reply::Body::Contains(c) if c.present.len() == ids.len() => Ok(c.present),
@@ -401,7 +415,13 @@ impl Client {
 
     /// Every object in the store.
     pub fn list(&self) -> Result<Vec<ObjectInfo>> {
-        let body = self.call(request::Body::List(pb::List {}))?;
+        self.list_in(false)
+    }
+
+    /// Every object in this store or, with `cluster`, on every live member
+    /// of its cluster (each naming its member in [`ObjectInfo::node`]).
+    pub fn list_in(&self, cluster: bool) -> Result<Vec<ObjectInfo>> {
+        let body = self.call(request::Body::List(pb::List { cluster }))?;
         let reply::Body::List(l) = body else {
             return Err(unexpected("List", &body));
         };
@@ -420,6 +440,8 @@ impl Client {
                         .then_some(o.construct_duration_us),
                     delete_pending: o.delete_pending,
                     spilled: o.spilled,
+                    node: o.node,
+                    cached: o.cached,
                 })
             })
             .collect()
@@ -439,6 +461,15 @@ impl Client {
         match self.call(request::Body::Stats(pb::Stats {}))? {
             reply::Body::Stats(s) => Ok(s),
             other => Err(unexpected("Stats", &other)),
+        }
+    }
+
+    /// The store's cluster as it sees it: members, their health and use,
+    /// and its transfer counters (`enabled` is false for a lone store).
+    pub fn cluster_status(&self) -> Result<ClusterStatus> {
+        match self.call(request::Body::ClusterStatus(pb::ClusterStatus {}))? {
+            reply::Body::ClusterStatus(s) => Ok(s),
+            other => Err(unexpected("ClusterStatus", &other)),
         }
     }
 

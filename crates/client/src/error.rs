@@ -63,6 +63,17 @@ pub enum ClientError {
         /// The pid that connected.
         parent: u32,
     },
+    /// Every copy of the object was on cluster members that died.
+    #[error("{message}")]
+    ObjectLost {
+        /// The store's message.
+        message: String,
+        /// The id.
+        id: Option<ObjectId>,
+    },
+    /// A cluster member the request needed did not answer.
+    #[error("{0}")]
+    ClusterUnavailable(String),
     /// The connection to the store broke.
     #[error("lost the connection to the store: {0}")]
     Disconnected(#[source] std::io::Error),
@@ -94,6 +105,8 @@ impl From<pb::Error> for ClientError {
             C::TooLarge => ClientError::TooLarge(m),
             C::InvalidRequest => ClientError::InvalidRequest(m),
             C::VersionMismatch => ClientError::VersionMismatch(m),
+            C::ObjectLost => ClientError::ObjectLost { message: m, id },
+            C::ClusterUnavailable => ClientError::ClusterUnavailable(m),
             C::ProtocolViolation | C::Unspecified => ClientError::Protocol(m),
         }
     }

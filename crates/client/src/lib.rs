@@ -22,7 +22,8 @@ mod fork;
 pub mod subscription;
 
 pub use buffer::{MutableBuffer, ObjectBuffer};
-pub use client::{Client, DeleteStatus, ObjectInfo, Stats};
+pub use client::{Client, ClusterStatus, DeleteStatus, ObjectInfo, Stats};
 pub use error::{ClientError, Result};
+pub use ferroplasma_protocol::pb::{MemberHealth, MemberStatus};
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
 pub use subscription::{decode_event_frames, Event, EventKind, Subscription};

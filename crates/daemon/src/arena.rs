@@ -111,6 +111,28 @@ impl Arena {
         fill(buf)
     }
 
+    /// The bytes of an allocation, writable, for receiving a pulled object
+    /// from another cluster member straight into place.
+    ///
+    /// # Safety
+    /// The caller must own the range exclusively while the slice lives: a
+    /// fresh, unsealed allocation of its own that no client has been told
+    /// about, with no other live slice over it.
+    ///
+    /// # Panics
+    /// If the range lies outside the arena (a bug, as for [`Arena::write`]).
+    #[allow(clippy::mut_from_ref)] // shared memory: exclusivity is the caller's promise
+    pub unsafe fn region_mut(&self, offset: u64, len: u64) -> &mut [u8] {
+        let end = offset.checked_add(len).expect("offset overflow");
+        assert!(end <= self.size, "write past the arena end");
+        // Safety: the range lies inside the live mapping (checked above),
+        // which outlives the borrow of `self`; exclusivity is the caller's
+        // promise (see above).
+        unsafe {
+            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(offset as usize), len as usize)
+        }
+    }
+
     /// Makes the kernel allocate every page of the arena now (fallocate), so
     /// that a short filesystem fails the start with a clear error instead of
     /// a client dying of SIGBUS on a page of its object later.

@@ -25,11 +25,31 @@ enum Command {
     /// Run a store in the foreground until SIGTERM or Ctrl-C.
     ///
     /// Logs go to stderr; set FERROPLASMA_LOG (e.g. `debug`) for more.
-    Store(StoreConfig),
+    Store(Box<StoreConfig>),
     /// Print a running store's memory and object counters.
     Stats(Target),
     /// List the objects in a running store.
-    List(Target),
+    List(ListArgs),
+    /// Cluster commands (see docs/cluster.md).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Show the members of the store's cluster: address, health, capacity
+    /// and use, and this store's transfer counters.
+    Status(Target),
+}
+
+#[derive(Debug, clap::Args)]
+struct ListArgs {
+    #[command(flatten)]
+    target: Target,
+    /// List the objects of every live cluster member, with the member
+    /// holding each copy.
+    #[arg(long)]
+    cluster: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -42,7 +62,7 @@ struct Target {
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match cli.command {
         Command::Store(cfg) => {
-            crate::run(cfg).map_err(|e| format!("cannot run the store: {}", chain(&e)).into())
+            crate::run(*cfg).map_err(|e| format!("cannot run the store: {}", chain(&e)).into())
         }
         Command::Stats(t) => {
             let c = Client::connect(t.socket.as_deref())?;
@@ -82,17 +102,30 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }
             Ok(())
         }
-        Command::List(t) => {
-            let c = Client::connect(t.socket.as_deref())?;
-            let mut objs = c.list()?;
+        Command::List(a) => {
+            let c = Client::connect(a.target.socket.as_deref())?;
+            let mut objs = c.list_in(a.cluster)?;
             objs.sort_by_key(|o| o.create_time_us);
             println!(
-                "{:<40}  {:>12}  {:>10}  {:>5}  state",
-                "object id", "data", "metadata", "refs"
+                "{:<40}  {:>12}  {:>10}  {:>5}  {}state",
+                "object id",
+                "data",
+                "metadata",
+                "refs",
+                if a.cluster {
+                    "member                 "
+                } else {
+                    ""
+                }
             );
             for o in objs {
+                let member = if a.cluster {
+                    format!("{:<22} ", o.node)
+                } else {
+                    String::new()
+                };
                 println!(
-                    "{:<40}  {:>12}  {:>10}  {:>5}  {}{}",
+                    "{:<40}  {:>12}  {:>10}  {:>5}  {member}{}{}{}",
                     o.id,
                     o.data_size,
                     o.metadata_size,
@@ -102,6 +135,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                         (false, true) => "sealed",
                         (false, false) => "created",
                     },
+                    if o.cached { " (cached copy)" } else { "" },
                     if o.delete_pending {
                         " (delete pending)"
                     } else {
@@ -109,6 +143,51 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     }
                 );
             }
+            Ok(())
+        }
+        Command::Cluster(ClusterCommand::Status(t)) => {
+            let c = Client::connect(t.socket.as_deref())?;
+            let s = c.cluster_status()?;
+            if !s.enabled {
+                println!("this store is not in a cluster (start it with --cluster-listen)");
+                return Ok(());
+            }
+            println!(
+                "{:<22}  {:<22}  {:<8}  {:>10}  {:>10}  {:>8}  last heard",
+                "member", "data address", "health", "capacity", "used", "objects"
+            );
+            for m in &s.members {
+                let health = match ferroplasma_client::MemberHealth::try_from(m.health) {
+                    Ok(ferroplasma_client::MemberHealth::ThisMember) => "this",
+                    Ok(ferroplasma_client::MemberHealth::Alive) => "alive",
+                    Ok(ferroplasma_client::MemberHealth::Dead) => "DEAD",
+                    _ => "unknown",
+                };
+                let heard = match m.health {
+                    h if h == ferroplasma_client::MemberHealth::ThisMember as i32 => "-".into(),
+                    _ if m.last_seen_ms == 0 => "never".into(),
+                    _ => format!("{:.1} s ago", m.last_seen_ms as f64 / 1000.0),
+                };
+                println!(
+                    "{:<22}  {:<22}  {:<8}  {:>10}  {:>10}  {:>8}  {heard}",
+                    m.addr,
+                    m.data_addr,
+                    health,
+                    human(m.capacity),
+                    human(m.used),
+                    m.objects
+                );
+            }
+            println!(
+                "pulled {} objects ({}), served {} ({}); {} lookups, {} claims sent; {} directory entries kept",
+                s.fetches,
+                human(s.fetched_bytes),
+                s.served,
+                human(s.served_bytes),
+                s.lookups,
+                s.claims,
+                s.directory_entries
+            );
             Ok(())
         }
     }

@@ -61,6 +61,74 @@ pub struct StoreConfig {
     /// --socket-mode 660). Default: none.
     #[arg(long, value_name = "GID,...", value_delimiter = ',')]
     pub allow_gid: Vec<u32>,
+
+    /// Join a cluster: serve the peer protocol (gRPC) on HOST:PORT. Needs
+    /// --cluster-token and, unless this is the first member, --peers or
+    /// --join. Clients of any member then get objects held by any other.
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Cluster")]
+    pub cluster_listen: Option<std::net::SocketAddr>,
+
+    /// The address other members reach this one at (its name in the
+    /// cluster). Default: --cluster-listen, which then must not be 0.0.0.0.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "cluster_listen",
+        help_heading = "Cluster"
+    )]
+    pub advertise: Option<String>,
+
+    /// Where object bytes are served to other members. Default: the
+    /// --cluster-listen address with a free port.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "cluster_listen",
+        help_heading = "Cluster"
+    )]
+    pub data_listen: Option<std::net::SocketAddr>,
+
+    /// Every other member's cluster address, comma separated.
+    #[arg(
+        long,
+        value_name = "HOST:PORT,...",
+        value_delimiter = ',',
+        requires = "cluster_listen",
+        conflicts_with = "join",
+        help_heading = "Cluster"
+    )]
+    pub peers: Vec<String>,
+
+    /// Any one member's cluster address; the others are learned from it.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "cluster_listen",
+        help_heading = "Cluster"
+    )]
+    pub join: Option<String>,
+
+    /// The shared secret every member presents (printable ASCII).
+    /// Connections without it are refused.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "FERROPLASMA_CLUSTER_TOKEN",
+        hide_env_values = true,
+        help_heading = "Cluster"
+    )]
+    pub cluster_token: Option<String>,
+
+    /// Time between heartbeats to each member, e.g. `500ms`.
+    #[arg(long, value_name = "TIME", default_value = "500ms", value_parser = parse_duration,
+          help_heading = "Cluster")]
+    pub heartbeat_interval: std::time::Duration,
+
+    /// Silence after which a member is declared dead (its objects lost
+    /// unless copied elsewhere), e.g. `3s`.
+    #[arg(long, value_name = "TIME", default_value = "3s", value_parser = parse_duration,
+          help_heading = "Cluster")]
+    pub peer_timeout: std::time::Duration,
 }
 
 impl StoreConfig {
@@ -77,7 +145,62 @@ impl StoreConfig {
             spill_limit: None,
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),
+            cluster_listen: None,
+            advertise: None,
+            data_listen: None,
+            peers: Vec::new(),
+            join: None,
+            cluster_token: None,
+            heartbeat_interval: std::time::Duration::from_millis(500),
+            peer_timeout: std::time::Duration::from_secs(3),
         }
+    }
+
+    /// The cluster settings, when --cluster-listen is given.
+    pub fn cluster(&self) -> Result<Option<crate::cluster::ClusterConfig>, DaemonError> {
+        let Some(listen) = self.cluster_listen else {
+            return Ok(None);
+        };
+        let bad = |m: String| Err(DaemonError::BadConfig(m));
+        let Some(token) = self.cluster_token.clone().filter(|t| !t.is_empty()) else {
+            return bad(
+                "--cluster-listen needs --cluster-token (or $FERROPLASMA_CLUSTER_TOKEN): \
+                        the secret every member of the cluster shares"
+                    .into(),
+            );
+        };
+        if !token.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return bad("--cluster-token must be printable ASCII".into());
+        }
+        let advertise = match &self.advertise {
+            Some(a) => a.clone(),
+            None if listen.ip().is_unspecified() => {
+                return bad(format!(
+                    "--cluster-listen {listen} listens on every interface: say with --advertise \
+                     HOST:PORT which address the other members should use"
+                ))
+            }
+            None => listen.to_string(),
+        };
+        if self.peer_timeout <= self.heartbeat_interval {
+            return bad(format!(
+                "--peer-timeout ({:?}) must be longer than --heartbeat-interval ({:?})",
+                self.peer_timeout, self.heartbeat_interval
+            ));
+        }
+        let mut peers: Vec<String> = self.peers.iter().chain(&self.join).cloned().collect();
+        peers.retain(|p| *p != advertise);
+        Ok(Some(crate::cluster::ClusterConfig {
+            listen,
+            advertise,
+            data_listen: self
+                .data_listen
+                .unwrap_or_else(|| std::net::SocketAddr::new(listen.ip(), 0)),
+            peers,
+            token,
+            heartbeat: self.heartbeat_interval,
+            peer_timeout: self.peer_timeout,
+        }))
     }
 
     /// Whether a peer with these credentials may connect.
@@ -220,6 +343,16 @@ pub fn human(bytes: u64) -> String {
     } else {
         format!("{v:.1} {}", UNITS[i])
     }
+}
+
+/// Parses a duration such as `500ms`, `3s` or `1m`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; write e.g. `500ms`, `3s` or `1m`"))?;
+    if d.is_zero() {
+        return Err("must be more than zero".into());
+    }
+    Ok(d)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! violation ends this connection only, with a logged reason, and the state
 //! machine then drops everything the client held.
 
+use crate::cluster::{Cluster, Completion};
 use crate::convert;
 use crate::fdpass::send_with_fds;
 use crate::shared::{now_us, SharedRef};
@@ -17,6 +18,7 @@ use ferroplasma_protocol::{ObjectId, PROTOCOL_VERSION};
 use ferroplasma_store::{ClientId, Location, Notice, StoreError};
 use prost::Message;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
@@ -74,10 +76,12 @@ struct PendingCreate {
     data_size: u64,
     metadata: Vec<u8>,
     deadline: Option<Instant>,
+    /// The id is claimed cluster-wide: release the claim if the create fails.
+    claimed: bool,
 }
 
 /// Serves one accepted connection to its end.
-pub async fn serve(mut stream: UnixStream, shared: SharedRef) {
+pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Arc<Cluster>>) {
     let peer = stream.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
     let (client, rx) =
         match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &shared)).await {
@@ -95,7 +99,11 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef) {
     tracing::debug!(client, peer_pid = peer, "client connected");
     let (rd, wr) = stream.into_split();
     let space = shared.lock().space.clone();
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
     let mut conn = Connection {
+        cluster,
+        done_tx,
+        done_rx,
         space,
         creates: Vec::new(),
         client,
@@ -222,6 +230,11 @@ struct Connection {
     /// Woken when space may have been freed.
     space: std::sync::Arc<tokio::sync::Notify>,
     subscribed: bool,
+    /// This store's cluster, if it is in one.
+    cluster: Option<Arc<Cluster>>,
+    /// Cluster operations report back through this channel.
+    done_tx: mpsc::UnboundedSender<Completion>,
+    done_rx: mpsc::UnboundedReceiver<Completion>,
 }
 
 /// A request that is answered with an error and leaves the connection open.
@@ -258,6 +271,7 @@ impl Connection {
             tokio::select! {
                 biased;
                 _ = space.notified(), if !self.creates.is_empty() => self.retry_creates(None),
+                Some(done) = self.done_rx.recv() => self.on_completion(done),
                 notice = self.rx.recv() => match notice {
                     Some(n) => self.on_notice(n),
                     None => return Close::Violation(
@@ -370,49 +384,19 @@ impl Connection {
             B::Create(c) => {
                 let id = parse_id(&c.object_id)?;
                 check_inline("metadata", c.metadata.len())?;
-                match self.try_create(id, c.data_size, &c.metadata) {
-                    Err(Waitable(e)) if c.wait_ms != 0 => {
-                        tracing::debug!(client, %id, wait_ms = c.wait_ms, "create waits for space: {}", e.message);
-                        self.creates.push(PendingCreate {
-                            request_id: rid,
-                            id,
-                            data_size: c.data_size,
-                            metadata: c.metadata,
-                            deadline: (c.wait_ms > 0)
-                                .then(|| Instant::now() + Duration::from_millis(c.wait_ms as u64)),
-                        });
-                        Ok(None)
-                    }
-                    Err(Waitable(e)) => Err(Refusal(e)),
-                    Ok(r) => r.map(Some),
+                if self.claim_first(rid, id, B::Create(c.clone())) {
+                    return Ok(None);
                 }
+                self.create(rid, id, c, false)
             }
             B::CreateAndSeal(c) => {
                 let id = parse_id(&c.object_id)?;
                 check_inline("data", c.data.len())?;
                 check_inline("metadata", c.metadata.len())?;
-                let mut sh = self.shared.lock();
-                let now = now_us();
-                if !sh.store.exists(&id) {
-                    sh.spill_for(c.data.len() as u64, c.metadata.len() as u64)
-                        .map_err(store_refusal)?;
+                if self.claim_first(rid, id, B::CreateAndSeal(c.clone())) {
+                    return Ok(None);
                 }
-                let (loc, mut fx) = sh
-                    .store
-                    .create(
-                        client,
-                        id,
-                        c.data.len() as u64,
-                        c.metadata.len() as u64,
-                        now,
-                    )
-                    .map_err(store_refusal)?;
-                sh.arena.write(loc.offset, &c.data);
-                sh.arena.write(loc.metadata_offset(), &c.metadata);
-                fx.extend(sh.store.seal(client, id, now).map_err(store_refusal)?);
-                fx.extend(sh.store.release(client, id).map_err(store_refusal)?);
-                sh.deliver(fx);
-                Ok(ok())
+                self.create_and_seal(id, c)
             }
             B::Seal(s) => {
                 let id = parse_id(&s.object_id)?;
@@ -430,11 +414,29 @@ impl Connection {
             }
             B::Get(g) => self.get(rid, g),
             B::Release(_) => unreachable!("handled before dispatch"),
+            B::Contains(c) if c.cluster && self.cluster.is_some() => {
+                let ids = parse_ids(&c.object_ids)?;
+                let cl = self.cluster.clone().expect("checked");
+                self.spawn_reply(rid, async move {
+                    let present = cl.contains(ids).await?;
+                    Ok(reply::Body::Contains(pb::ContainsReply { present }))
+                });
+                Ok(None)
+            }
             B::Contains(c) => {
                 let ids = parse_ids(&c.object_ids)?;
                 let sh = self.shared.lock();
                 let present = ids.iter().map(|id| sh.store.contains(id)).collect();
                 Ok(Some(reply::Body::Contains(pb::ContainsReply { present })))
+            }
+            B::Delete(d) if self.cluster.is_some() => {
+                let ids = parse_ids(&d.object_ids)?;
+                let cl = self.cluster.clone().expect("checked");
+                self.spawn_reply(rid, async move {
+                    let status = cl.delete(ids).await?;
+                    Ok(reply::Body::Delete(pb::DeleteReply { status }))
+                });
+                Ok(None)
             }
             B::Delete(d) => {
                 let ids = parse_ids(&d.object_ids)?;
@@ -447,11 +449,32 @@ impl Connection {
                 }
                 Ok(Some(reply::Body::Delete(pb::DeleteReply { status })))
             }
+            B::List(l) if l.cluster && self.cluster.is_some() => {
+                let cl = self.cluster.clone().expect("checked");
+                self.spawn_reply(rid, async move {
+                    let objects = cl.list().await;
+                    Ok(reply::Body::List(pb::ListReply { objects }))
+                });
+                Ok(None)
+            }
             B::List(_) => {
                 let sh = self.shared.lock();
-                let objects = sh.store.list().iter().map(convert::info).collect();
+                let cluster = self.cluster.as_deref();
+                let objects = sh
+                    .store
+                    .list()
+                    .iter()
+                    .map(|o| pb::ObjectInfo {
+                        cached: cluster.is_some_and(|c| c.is_cached(&o.id)),
+                        ..convert::info(o)
+                    })
+                    .collect();
                 Ok(Some(reply::Body::List(pb::ListReply { objects })))
             }
+            B::ClusterStatus(_) => Ok(Some(reply::Body::ClusterStatus(match &self.cluster {
+                Some(c) => c.status(),
+                None => pb::ClusterStatusReply::default(),
+            }))),
             B::Evict(e) => {
                 let mut sh = self.shared.lock();
                 let (freed, count, fx) = sh.store.evict(e.num_bytes);
@@ -471,6 +494,200 @@ impl Connection {
                 Ok(Some(reply::Body::Stats(convert::stats(&sh.store.stats()))))
             }
         }
+    }
+
+    /// In a cluster, a create first claims its id cluster-wide: returns true
+    /// when the claim was started (the create resumes in `on_completion`).
+    /// An id taken locally is refused at once, with no round trip.
+    fn claim_first(&mut self, rid: u64, id: ObjectId, request: request::Body) -> bool {
+        let Some(cl) = self.cluster.clone() else {
+            return false;
+        };
+        if self.shared.lock().store.exists(&id) {
+            return false;
+        }
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let result = match cl.claim(id).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(crate::cluster::wire_error(
+                    pb::ErrorCode::ObjectExists,
+                    format!("object {id} already exists in the cluster"),
+                    Some(id),
+                )),
+                Err(e) => Err(e),
+            };
+            let _ = tx.send(Completion::Claimed {
+                request_id: rid,
+                request,
+                result,
+            });
+        });
+        true
+    }
+
+    /// Runs a cluster operation and answers request `rid` with its result.
+    fn spawn_reply(
+        &self,
+        rid: u64,
+        op: impl std::future::Future<Output = Result<reply::Body, pb::Error>> + Send + 'static,
+    ) {
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let body = op.await;
+            let _ = tx.send(Completion::Reply {
+                request_id: rid,
+                body,
+            });
+        });
+    }
+
+    /// Gives a claimed id back after its create failed.
+    fn unclaim(&self, id: ObjectId) {
+        if self.cluster.is_some() {
+            self.shared.lock().deliver(ferroplasma_store::Effects {
+                aborted: vec![id],
+                ..Default::default()
+            });
+        }
+    }
+
+    fn on_completion(&mut self, done: Completion) {
+        match done {
+            Completion::Reply { request_id, body } => match body {
+                Ok(b) => self.push_reply(request_id, b),
+                Err(e) => self.push_reply(request_id, reply::Body::Error(e)),
+            },
+            Completion::Claimed {
+                request_id,
+                request,
+                result: Err(e),
+            } => {
+                let _ = request;
+                self.push_reply(request_id, reply::Body::Error(e));
+            }
+            Completion::Claimed {
+                request_id: rid,
+                request,
+                result: Ok(()),
+            } => {
+                let r = match request {
+                    request::Body::Create(c) => match parse_id(&c.object_id) {
+                        Ok(id) => {
+                            let r = self.create(rid, id, c, true);
+                            if r.is_err() {
+                                self.unclaim(id);
+                            }
+                            r
+                        }
+                        Err(e) => Err(e),
+                    },
+                    request::Body::CreateAndSeal(c) => match parse_id(&c.object_id) {
+                        Ok(id) => {
+                            let r = self.create_and_seal(id, c);
+                            if r.is_err() {
+                                self.unclaim(id);
+                            }
+                            r
+                        }
+                        Err(e) => Err(e),
+                    },
+                    _ => Ok(None),
+                };
+                match r {
+                    Ok(Some(b)) => self.push_reply(rid, b),
+                    Ok(None) => {}
+                    Err(Refusal(e)) => self.push_reply(rid, reply::Body::Error(e)),
+                }
+            }
+            Completion::FetchFailed { id, error } => self.fail_gets(id, error),
+        }
+    }
+
+    /// Answers every pending get that waits for `id` with `error`, giving
+    /// back the references those gets had taken.
+    fn fail_gets(&mut self, id: ObjectId, error: pb::Error) {
+        let (failed, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.wants(&id));
+        self.pending = rest;
+        for p in failed {
+            {
+                let mut sh = self.shared.lock();
+                for (i, f) in p.ids.iter().zip(&p.found) {
+                    match f {
+                        Some(_) => {
+                            if let Ok(fx) = sh.store.release(self.client, *i) {
+                                sh.deliver(fx);
+                            }
+                        }
+                        None if !self.pending.iter().any(|q| q.wants(i)) => {
+                            sh.store.unwatch(self.client, *i)
+                        }
+                        None => {}
+                    }
+                }
+            }
+            self.push_reply(p.request_id, reply::Body::Error(error.clone()));
+        }
+    }
+
+    /// A Create: allocates (waiting for space when asked).
+    fn create(
+        &mut self,
+        rid: u64,
+        id: ObjectId,
+        c: pb::Create,
+        claimed: bool,
+    ) -> Result<Option<reply::Body>, Refusal> {
+        match self.try_create(id, c.data_size, &c.metadata) {
+            Err(Waitable(e)) if c.wait_ms != 0 => {
+                tracing::debug!(client = self.client, %id, wait_ms = c.wait_ms, "create waits for space: {}", e.message);
+                self.creates.push(PendingCreate {
+                    request_id: rid,
+                    id,
+                    data_size: c.data_size,
+                    metadata: c.metadata,
+                    deadline: (c.wait_ms > 0)
+                        .then(|| Instant::now() + Duration::from_millis(c.wait_ms as u64)),
+                    claimed,
+                });
+                Ok(None)
+            }
+            Err(Waitable(e)) => Err(Refusal(e)),
+            Ok(r) => r.map(Some),
+        }
+    }
+
+    /// A CreateAndSeal: a small object in one message.
+    fn create_and_seal(
+        &mut self,
+        id: ObjectId,
+        c: pb::CreateAndSeal,
+    ) -> Result<Option<reply::Body>, Refusal> {
+        let client = self.client;
+        let mut sh = self.shared.lock();
+        let now = now_us();
+        if !sh.store.exists(&id) {
+            sh.spill_for(c.data.len() as u64, c.metadata.len() as u64)
+                .map_err(store_refusal)?;
+        }
+        let (loc, mut fx) = sh
+            .store
+            .create(
+                client,
+                id,
+                c.data.len() as u64,
+                c.metadata.len() as u64,
+                now,
+            )
+            .map_err(store_refusal)?;
+        sh.arena.write(loc.offset, &c.data);
+        sh.arena.write(loc.metadata_offset(), &c.metadata);
+        fx.extend(sh.store.seal(client, id, now).map_err(store_refusal)?);
+        fx.extend(sh.store.release(client, id).map_err(store_refusal)?);
+        sh.deliver(fx);
+        Ok(Some(reply::Body::Ok(pb::Ok {})))
     }
 
     /// Creates an object. `Err(Waitable)` is a store-full refusal that
@@ -515,9 +732,17 @@ impl Connection {
         for p in std::mem::take(&mut self.creates) {
             match self.try_create(p.id, p.data_size, &p.metadata) {
                 Ok(Ok(body)) => self.push_reply(p.request_id, body),
-                Ok(Err(Refusal(e))) => self.push_reply(p.request_id, reply::Body::Error(e)),
+                Ok(Err(Refusal(e))) => {
+                    if p.claimed {
+                        self.unclaim(p.id);
+                    }
+                    self.push_reply(p.request_id, reply::Body::Error(e))
+                }
                 Err(Waitable(mut e)) => {
                     if now.is_some_and(|n| p.deadline.is_some_and(|d| d <= n)) {
+                        if p.claimed {
+                            self.unclaim(p.id);
+                        }
                         e.message = format!("waited for space in vain: {}", e.message);
                         self.push_reply(p.request_id, reply::Body::Error(e));
                     } else {
@@ -548,12 +773,21 @@ impl Connection {
         if pending.complete() || g.timeout_ms == 0 {
             return Ok(Some(get_reply(&pending)));
         }
+        let mut remote = Vec::new();
         for (id, f) in pending.ids.iter().zip(&pending.found) {
             if f.is_none() {
                 sh.store.watch(self.client, *id);
+                if !sh.store.exists(id) {
+                    remote.push(*id);
+                }
             }
         }
         drop(sh);
+        if let Some(cl) = &self.cluster {
+            for id in remote {
+                cl.want(id, pending.deadline, self.done_tx.clone());
+            }
+        }
         self.pending.push(pending);
         Ok(None)
     }

@@ -55,6 +55,8 @@ pub fn info(i: &ObjectInfo) -> pb::ObjectInfo {
         construct_duration_us: i.construct_duration_us.unwrap_or(-1),
         delete_pending: i.delete_pending,
         spilled: i.spilled,
+        node: String::new(),
+        cached: false,
     }
 }
 

@@ -16,6 +16,9 @@ pub enum DaemonError {
     /// A size that cannot be used for the arena.
     #[error("invalid memory size: {0}")]
     BadSize(String),
+    /// Flags that do not work together, or a malformed value.
+    #[error("{0}")]
+    BadConfig(String),
     /// Creating or mapping the shared memory failed.
     #[error("cannot create the shared-memory arena ({what})")]
     Arena {

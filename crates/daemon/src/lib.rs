@@ -13,10 +13,13 @@
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
 //! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
+//! - [`cluster`] — many stores, one namespace: membership, the partitioned
+//!   directory, remote gets over the bulk transport (docs/cluster.md).
 //! - [`error`] — [`DaemonError`].
 
 pub mod arena;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 mod connection;
 mod convert;

@@ -1,6 +1,7 @@
 //! Starting and running a store: arena, socket, accept loop, signals.
 
 use crate::arena::Arena;
+use crate::cluster::Cluster;
 use crate::config::{human, StoreConfig};
 use crate::shared::SharedRef;
 use crate::spill::SpillDir;
@@ -20,6 +21,7 @@ pub fn run(config: StoreConfig) -> Result<(), DaemonError> {
 
 /// Runs a store on the current tokio runtime until SIGTERM or SIGINT.
 pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
+    let cluster_config = config.cluster()?;
     let (memory, why) = config.memory_size()?;
     let honest = config.check_backing(memory)?;
     let path = config.socket_path();
@@ -42,6 +44,10 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         _ => (Store::new(memory), None),
     };
     let shared = SharedRef::new(store, arena, spill);
+    let cluster = match cluster_config {
+        Some(c) => Some(Cluster::start(c, shared.clone()).await?),
+        None => None,
+    };
     tracing::info!(
         socket = %path.display(),
         memory = %human(memory),
@@ -60,7 +66,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
                 Ok((stream, _)) => {
                     match stream.peer_cred() {
                         Ok(c) if config.allows(c.uid(), c.gid()) => {
-                            tokio::spawn(connection::serve(stream, shared.clone()));
+                            tokio::spawn(connection::serve(stream, shared.clone(), cluster.clone()));
                         }
                         Ok(c) => tracing::warn!(
                             uid = c.uid(), gid = c.gid(), pid = c.pid(),

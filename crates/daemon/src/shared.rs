@@ -25,6 +25,9 @@ pub struct Shared {
     /// Woken whenever the state changed in a way that may have made room
     /// (creates waiting for space retry then).
     pub space: Arc<Notify>,
+    /// In a cluster: the store client the cluster agent reads events from
+    /// (it is also told of aborted creates, to release their ids).
+    pub cluster_client: Option<ClientId>,
     outboxes: HashMap<ClientId, mpsc::Sender<Notice>>,
 }
 
@@ -40,6 +43,7 @@ impl SharedRef {
             arena: Arc::new(arena),
             spill,
             space: Arc::new(Notify::new()),
+            cluster_client: None,
             outboxes: HashMap::new(),
         })))
     }
@@ -121,8 +125,9 @@ impl Shared {
     }
 
     /// Queues each notice for its client (a client whose queue is full is cut
-    /// off: its connection sees the queue closed and ends), and removes spill
-    /// segments no object lives in.
+    /// off: its connection sees the queue closed and ends), removes spill
+    /// segments no object lives in, and tells the cluster agent (if any) of
+    /// aborted creates.
     pub fn deliver(&mut self, fx: Effects) {
         self.space.notify_waiters();
         if let Some(dir) = &self.spill {
@@ -130,9 +135,25 @@ impl Shared {
                 dir.remove(*seg);
             }
         }
-        for (to, notice) in fx.notices {
+        let aborted = fx.aborted.into_iter().filter_map(|id| {
+            let agent = self.cluster_client?;
+            let e = ferroplasma_store::Event {
+                kind: ferroplasma_store::EventKind::Deleted,
+                id,
+                data_size: 0,
+                metadata_size: 0,
+            };
+            Some((agent, Notice::Event(e)))
+        });
+        for (to, notice) in fx.notices.into_iter().chain(aborted.collect::<Vec<_>>()) {
             if let Some(tx) = self.outboxes.get(&to) {
                 if tx.try_send(notice).is_err() {
+                    if Some(to) == self.cluster_client {
+                        // The cluster agent is never cut off; a lost update
+                        // is repaired by the next re-registration.
+                        tracing::warn!("cluster agent behind; a directory update was dropped");
+                        continue;
+                    }
                     tracing::warn!(client = to, "notice queue full; disconnecting the client");
                     self.outboxes.remove(&to);
                 }

@@ -239,6 +239,7 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
         2,
         request::Body::Contains(pb::Contains {
             object_ids: vec![1; 25],
+            cluster: false,
         }),
     );
     assert_eq!(
@@ -250,6 +251,7 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
         3,
         request::Body::Contains(pb::Contains {
             object_ids: vec![0; 20 * 100_001],
+            cluster: false,
         }),
     );
     assert_eq!(error_code(recv(&mut s)), Some(pb::ErrorCode::TooLarge));

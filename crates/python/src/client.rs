@@ -140,10 +140,17 @@ impl NativeClient {
         self.inner.release(oid(object_id)?).py_err()
     }
 
-    /// Whether each object is sealed in the store.
-    fn contains(&self, py: Python<'_>, object_ids: Vec<Vec<u8>>) -> PyResult<Vec<bool>> {
+    /// Whether each object is sealed in the store (with `cluster`: on any
+    /// live member of its cluster).
+    #[pyo3(signature = (object_ids, cluster=false))]
+    fn contains(
+        &self,
+        py: Python<'_>,
+        object_ids: Vec<Vec<u8>>,
+        cluster: bool,
+    ) -> PyResult<Vec<bool>> {
         let ids = oids(object_ids)?;
-        py.detach(|| self.inner.contains(&ids)).py_err()
+        py.detach(|| self.inner.contains_in(&ids, cluster)).py_err()
     }
 
     /// Deletes objects; one of "deleted", "deferred", "not_found" per id.
@@ -160,9 +167,11 @@ impl NativeClient {
             .collect())
     }
 
-    /// Every object, as dicts.
-    fn list<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let objs = py.detach(|| self.inner.list()).py_err()?;
+    /// Every object, as dicts (with `cluster`: every copy on every live
+    /// member, each naming its member).
+    #[pyo3(signature = (cluster=false))]
+    fn list<'py>(&self, py: Python<'py>, cluster: bool) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let objs = py.detach(|| self.inner.list_in(cluster)).py_err()?;
         objs.into_iter()
             .map(|o| {
                 let d = PyDict::new(py);
@@ -178,6 +187,8 @@ impl NativeClient {
                 )?;
                 d.set_item("delete_pending", o.delete_pending)?;
                 d.set_item("spilled", o.spilled)?;
+                d.set_item("cached", o.cached)?;
+                d.set_item("member", o.node)?;
                 Ok(d)
             })
             .collect()
@@ -209,6 +220,40 @@ impl NativeClient {
         d.set_item("spill_dir_bytes", s.spill_dir_bytes)?;
         d.set_item("spills", s.spills)?;
         d.set_item("restores", s.restores)?;
+        Ok(d)
+    }
+
+    /// The store's view of its cluster.
+    fn cluster_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = py.detach(|| self.inner.cluster_status()).py_err()?;
+        let d = PyDict::new(py);
+        d.set_item("enabled", s.enabled)?;
+        let mut members = Vec::with_capacity(s.members.len());
+        for m in &s.members {
+            let md = PyDict::new(py);
+            md.set_item("address", &m.addr)?;
+            md.set_item("data_address", &m.data_addr)?;
+            let health = match ferroplasma_client::MemberHealth::try_from(m.health) {
+                Ok(ferroplasma_client::MemberHealth::ThisMember) => "this",
+                Ok(ferroplasma_client::MemberHealth::Alive) => "alive",
+                Ok(ferroplasma_client::MemberHealth::Dead) => "dead",
+                _ => "unknown",
+            };
+            md.set_item("health", health)?;
+            md.set_item("capacity", m.capacity)?;
+            md.set_item("used", m.used)?;
+            md.set_item("objects", m.objects)?;
+            md.set_item("last_seen", m.last_seen_ms as f64 / 1e3)?;
+            members.push(md);
+        }
+        d.set_item("members", members)?;
+        d.set_item("fetches", s.fetches)?;
+        d.set_item("fetched_bytes", s.fetched_bytes)?;
+        d.set_item("served", s.served)?;
+        d.set_item("served_bytes", s.served_bytes)?;
+        d.set_item("lookups", s.lookups)?;
+        d.set_item("claims", s.claims)?;
+        d.set_item("directory_entries", s.directory_entries)?;
         Ok(d)
     }
 

@@ -15,6 +15,8 @@ pyo3::import_exception!(ferroplasma.errors, ProtocolError);
 pyo3::import_exception!(ferroplasma.errors, ObjectNotHeld);
 pyo3::import_exception!(ferroplasma.errors, ForkedClient);
 pyo3::import_exception!(ferroplasma.errors, Disconnected);
+pyo3::import_exception!(ferroplasma.errors, ObjectLost);
+pyo3::import_exception!(ferroplasma.errors, ClusterUnavailable);
 
 /// Maps a client error onto the Python exception tree.
 pub fn to_py(e: ClientError) -> PyErr {
@@ -31,6 +33,8 @@ pub fn to_py(e: ClientError) -> PyErr {
         ClientError::NotHeld(_) => ObjectNotHeld::new_err(msg),
         ClientError::Forked { .. } => ForkedClient::new_err(msg),
         ClientError::Disconnected(_) => Disconnected::new_err(msg),
+        ClientError::ObjectLost { .. } => ObjectLost::new_err(msg),
+        ClientError::ClusterUnavailable(_) => ClusterUnavailable::new_err(msg),
     }
 }
 

@@ -13,13 +13,16 @@ pub enum Notice {
 }
 
 /// What one operation asks the daemon to do: notices to deliver, in order,
-/// and spill segment files that no longer hold any object.
+/// spill segment files that no longer hold any object, and unsealed objects
+/// that were discarded (a cluster releases their ids).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Effects {
     /// `(recipient, notice)` pairs.
     pub notices: Vec<(ClientId, Notice)>,
     /// Spill segments to remove from the spill directory.
     pub dead_segments: Vec<u64>,
+    /// Unsealed objects discarded (aborted, or their creator left).
+    pub aborted: Vec<ObjectId>,
 }
 
 impl Effects {
@@ -32,10 +35,11 @@ impl Effects {
     pub fn extend(&mut self, other: Effects) {
         self.notices.extend(other.notices);
         self.dead_segments.extend(other.dead_segments);
+        self.aborted.extend(other.aborted);
     }
 
     /// True when there is nothing to deliver.
     pub fn is_empty(&self) -> bool {
-        self.notices.is_empty() && self.dead_segments.is_empty()
+        self.notices.is_empty() && self.dead_segments.is_empty() && self.aborted.is_empty()
     }
 }

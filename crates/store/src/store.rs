@@ -657,7 +657,9 @@ impl Store {
             self.lru.remove(tick);
         }
         self.alloc.free_range(e.location.offset, e.alloc_size);
-        if announce && e.is_sealed() {
+        if !e.is_sealed() {
+            fx.aborted.push(id);
+        } else if announce {
             self.publish_deleted(id, fx);
         }
     }

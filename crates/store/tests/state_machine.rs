@@ -170,6 +170,24 @@ enum Op {
     Disconnect(u8),
 }
 
+#[test]
+fn discarded_unsealed_objects_are_reported_as_aborted() {
+    let mut s = Store::new(1 << 20);
+    let c = s.connect();
+    s.create(c, id(1), 10, 0, 0).unwrap();
+    s.create(c, id(2), 10, 0, 0).unwrap();
+    s.create(c, id(3), 10, 0, 0).unwrap();
+    s.seal(c, id(3), 1).unwrap();
+    assert_eq!(s.abort(c, id(1)).unwrap().aborted, vec![id(1)]);
+    // Disconnecting aborts the rest of the unsealed ones, not the sealed one.
+    let fx = s.disconnect(c);
+    assert_eq!(fx.aborted, vec![id(2)]);
+    // Deleting a sealed object is not an abort.
+    let c = s.connect();
+    sealed(&mut s, c, 4, 10);
+    assert!(s.delete(id(4)).1.aborted.is_empty());
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let c = 0u8..3;
     let o = 0u8..12;

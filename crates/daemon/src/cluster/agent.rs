@@ -1,0 +1,131 @@
+//! The directory agent: the cluster's subscription to this store's seal and
+//! delete events (and aborted creates), turned into `Update`s for each id's
+//! owner and backup, in order, in batches. After a membership change it
+//! re-registers everything this store holds with the (new) owners.
+
+use super::{lock, pb, Cluster};
+use ferroplasma_protocol::ObjectId;
+use ferroplasma_store::{EventKind, Notice};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Most events folded into one round of updates.
+const BATCH: usize = 4096;
+
+/// Runs until the store drops the subscription.
+pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::Receiver<Notice>) {
+    loop {
+        let first = tokio::select! {
+            n = events.recv() => match n {
+                Some(n) => n,
+                None => return,
+            },
+            _ = cluster.rejoin.notified() => {
+                reregister(&cluster).await;
+                continue;
+            }
+        };
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match events.try_recv() {
+                Ok(n) => batch.push(n),
+                Err(_) => break,
+            }
+        }
+        let mut ops: BTreeMap<String, Vec<pb::Op>> = BTreeMap::new();
+        for n in batch {
+            let Notice::Event(e) = n else { continue };
+            let kind = match e.kind {
+                EventKind::Sealed if lock(&cluster.cached).contains(&e.id) => {
+                    pb::OpKind::SealedCached
+                }
+                EventKind::Sealed => pb::OpKind::SealedPrimary,
+                EventKind::Deleted => {
+                    lock(&cluster.cached).remove(&e.id);
+                    pb::OpKind::Dropped
+                }
+            };
+            let op = pb::Op {
+                kind: kind as i32,
+                object_id: e.id.0.to_vec(),
+                data_size: e.data_size,
+                metadata_size: e.metadata_size,
+            };
+            for t in cluster.targets(&e.id) {
+                ops.entry(t).or_default().push(op.clone());
+            }
+        }
+        send(&cluster, ops, false).await;
+    }
+}
+
+/// Sends each member its ops (all members at once) and drops the local
+/// copies the directory refused (deleted while they were being pulled).
+async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin: bool) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (target, ops) in ops {
+        let c = cluster.clone();
+        tasks.spawn(async move {
+            let r = c.update_at(&target, ops, rejoin).await;
+            (target, r)
+        });
+    }
+    let mut refused: Vec<ObjectId> = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok((_, Ok(ids))) => refused.extend(ids),
+            Ok((target, Err(e))) => {
+                tracing::debug!(member = %target, error = %e, "directory update not delivered")
+            }
+            Err(e) => tracing::error!(error = %e, "directory update task failed"),
+        }
+    }
+    if !refused.is_empty() {
+        tracing::debug!(
+            n = refused.len(),
+            "dropping cached copies of deleted objects"
+        );
+        cluster.drop_local(&refused);
+    }
+}
+
+/// Tells the current owners of every local object (and unsealed claim)
+/// that this member holds it.
+async fn reregister(cluster: &Arc<Cluster>) {
+    let list = cluster.shared.lock().store.list();
+    let mut ops: BTreeMap<String, Vec<pb::Op>> = BTreeMap::new();
+    let mut claims = Vec::new();
+    {
+        let cached = lock(&cluster.cached);
+        for o in &list {
+            if o.delete_pending {
+                continue;
+            }
+            let kind = match o.state {
+                ferroplasma_store::ObjectState::Created { .. } => {
+                    claims.push(o.id);
+                    continue;
+                }
+                _ if cached.contains(&o.id) => pb::OpKind::SealedCached,
+                _ => pb::OpKind::SealedPrimary,
+            };
+            let op = pb::Op {
+                kind: kind as i32,
+                object_id: o.id.0.to_vec(),
+                data_size: o.location.data_size,
+                metadata_size: o.location.metadata_size,
+            };
+            for t in cluster.targets(&o.id) {
+                ops.entry(t).or_default().push(op.clone());
+            }
+        }
+    }
+    tracing::debug!(objects = list.len(), "re-registering with the directory");
+    for id in claims {
+        if let Err(e) = cluster.claim(id).await {
+            tracing::debug!(%id, error = %e.message, "re-claim failed");
+        }
+    }
+    send(cluster, ops, true).await;
+}

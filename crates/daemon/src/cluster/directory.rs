@@ -1,0 +1,298 @@
+//! The part of the object directory one member keeps: for each id it owns
+//! (or backs up), whether the object is being created, sealed or lost, and
+//! which members hold a copy. Pure state: the gRPC service and the failure
+//! detector drive it.
+
+use ferroplasma_protocol::ObjectId;
+use std::collections::HashMap;
+
+/// What the directory knows of one id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Claimed by a member that has not sealed it yet.
+    Creating {
+        /// The creating member.
+        by: String,
+    },
+    /// Sealed; at least one member holds a copy.
+    Sealed,
+    /// Sealed once; every member that held a copy died.
+    Lost,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Where the object stands.
+    pub state: State,
+    /// Members holding a copy; the primary (creator) first while it has one.
+    pub holders: Vec<String>,
+    /// Data size, once sealed.
+    pub data_size: u64,
+    /// Metadata size, once sealed.
+    pub metadata_size: u64,
+}
+
+/// A copy appearing or going away on a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The creator sealed it.
+    SealedPrimary {
+        /// Data size.
+        data_size: u64,
+        /// Metadata size.
+        metadata_size: u64,
+    },
+    /// A member pulled a cached copy.
+    SealedCached {
+        /// Data size.
+        data_size: u64,
+        /// Metadata size.
+        metadata_size: u64,
+    },
+    /// The member's copy, or its unsealed claim, is gone.
+    Dropped,
+}
+
+/// The entries this member keeps.
+#[derive(Debug, Default)]
+pub struct Directory {
+    entries: HashMap<ObjectId, Entry>,
+}
+
+impl Directory {
+    /// An empty directory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of entries kept.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no entry is kept.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Reserves `id` for an object `node` is about to create. Refused when
+    /// another member is creating it or any member holds a sealed copy.
+    pub fn claim(&mut self, id: ObjectId, node: &str) -> bool {
+        match self.entries.get(&id) {
+            None
+            | Some(Entry {
+                state: State::Lost, ..
+            }) => {
+                self.entries.insert(
+                    id,
+                    Entry {
+                        state: State::Creating { by: node.into() },
+                        holders: Vec::new(),
+                        data_size: 0,
+                        metadata_size: 0,
+                    },
+                );
+                true
+            }
+            Some(Entry {
+                state: State::Creating { by },
+                ..
+            }) => by == node,
+            Some(Entry {
+                state: State::Sealed,
+                ..
+            }) => false,
+        }
+    }
+
+    /// Applies one change reported by `node`. Returns false for a cached
+    /// copy of an id with no entry (deleted meanwhile) unless `rejoin` (a
+    /// re-registration after a membership change, when the entry may not
+    /// have arrived yet): the member should then drop its copy.
+    pub fn update(&mut self, id: ObjectId, node: &str, change: Change, rejoin: bool) -> bool {
+        match change {
+            Change::SealedPrimary {
+                data_size,
+                metadata_size,
+            } => {
+                let e = self.entries.entry(id).or_insert_with(|| Entry {
+                    state: State::Sealed,
+                    holders: Vec::new(),
+                    data_size,
+                    metadata_size,
+                });
+                e.state = State::Sealed;
+                e.data_size = data_size;
+                e.metadata_size = metadata_size;
+                e.holders.retain(|h| h != node);
+                e.holders.insert(0, node.into());
+                true
+            }
+            Change::SealedCached {
+                data_size,
+                metadata_size,
+            } => {
+                let e = match self.entries.get_mut(&id) {
+                    Some(e) => e,
+                    None if rejoin => self.entries.entry(id).or_insert(Entry {
+                        state: State::Sealed,
+                        holders: Vec::new(),
+                        data_size,
+                        metadata_size,
+                    }),
+                    None => return false,
+                };
+                if matches!(e.state, State::Creating { .. }) {
+                    // The id was lost and is being created again: this copy is stale.
+                    return false;
+                }
+                e.state = State::Sealed;
+                if !e.holders.iter().any(|h| h == node) {
+                    e.holders.push(node.into());
+                }
+                true
+            }
+            Change::Dropped => {
+                let Some(e) = self.entries.get_mut(&id) else {
+                    return true;
+                };
+                let held = e.holders.len();
+                e.holders.retain(|h| h != node);
+                let remove = match &e.state {
+                    State::Creating { by } => by == node,
+                    State::Sealed => held != e.holders.len() && e.holders.is_empty(),
+                    State::Lost => false,
+                };
+                if remove {
+                    self.entries.remove(&id);
+                }
+                true
+            }
+        }
+    }
+
+    /// The entry for `id`, if any.
+    pub fn lookup(&self, id: &ObjectId) -> Option<&Entry> {
+        self.entries.get(id)
+    }
+
+    /// Removes the entry of a deleted object; returns it.
+    pub fn forget(&mut self, id: &ObjectId) -> Option<Entry> {
+        self.entries.remove(id)
+    }
+
+    /// A member died: its claims are void, its copies gone; objects with no
+    /// copy left become [`State::Lost`]. Returns how many were lost.
+    pub fn member_died(&mut self, node: &str) -> usize {
+        let mut lost = 0;
+        self.entries.retain(|_, e| {
+            if e.state == (State::Creating { by: node.into() }) {
+                return false;
+            }
+            let held = e.holders.len();
+            e.holders.retain(|h| h != node);
+            if e.state == State::Sealed && e.holders.is_empty() && held > 0 {
+                e.state = State::Lost;
+                lost += 1;
+            }
+            true
+        });
+        lost
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRIMARY: Change = Change::SealedPrimary {
+        data_size: 10,
+        metadata_size: 2,
+    };
+    const CACHED: Change = Change::SealedCached {
+        data_size: 10,
+        metadata_size: 2,
+    };
+
+    #[test]
+    fn a_claimed_or_sealed_id_cannot_be_claimed_elsewhere() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        assert!(d.claim(id, "a"));
+        assert!(d.claim(id, "a"), "re-claiming one's own id is fine");
+        assert!(!d.claim(id, "b"));
+        d.update(id, "a", PRIMARY, false);
+        assert!(!d.claim(id, "a"));
+        assert!(!d.claim(id, "b"));
+    }
+
+    #[test]
+    fn an_aborted_claim_frees_the_id() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        assert!(d.claim(id, "a"));
+        d.update(id, "b", Change::Dropped, false);
+        assert!(!d.claim(id, "b"), "only the claimer's drop counts");
+        d.update(id, "a", Change::Dropped, false);
+        assert!(d.claim(id, "b"));
+    }
+
+    #[test]
+    fn copies_are_recorded_primary_first_and_dropped_one_by_one() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        d.claim(id, "a");
+        d.update(id, "a", PRIMARY, false);
+        assert!(d.update(id, "b", CACHED, false));
+        assert!(d.update(id, "c", CACHED, false));
+        assert_eq!(d.lookup(&id).unwrap().holders, ["a", "b", "c"]);
+        d.update(id, "a", Change::Dropped, false);
+        assert_eq!(d.lookup(&id).unwrap().holders, ["b", "c"]);
+        d.update(id, "b", Change::Dropped, false);
+        d.update(id, "c", Change::Dropped, false);
+        assert!(d.lookup(&id).is_none(), "evicted everywhere: gone");
+    }
+
+    #[test]
+    fn a_cached_copy_of_a_deleted_object_is_refused_unless_rejoining() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        assert!(!d.update(id, "b", CACHED, false));
+        assert!(d.lookup(&id).is_none());
+        assert!(d.update(id, "b", CACHED, true));
+        assert_eq!(d.lookup(&id).unwrap().state, State::Sealed);
+    }
+
+    #[test]
+    fn a_dead_member_loses_only_objects_it_alone_held() {
+        let mut d = Directory::new();
+        let (solo, shared, claimed) = (ObjectId::random(), ObjectId::random(), ObjectId::random());
+        d.update(solo, "a", PRIMARY, false);
+        d.update(shared, "a", PRIMARY, false);
+        d.update(shared, "b", CACHED, false);
+        d.claim(claimed, "a");
+        assert_eq!(d.member_died("a"), 1);
+        assert_eq!(d.lookup(&solo).unwrap().state, State::Lost);
+        assert_eq!(d.lookup(&shared).unwrap().holders, ["b"]);
+        assert!(d.lookup(&claimed).is_none());
+        // A lost id may be created again; a returning member revives it.
+        assert!(d.claim(solo, "c"));
+        let lost2 = ObjectId::random();
+        d.update(lost2, "a", PRIMARY, false);
+        d.member_died("a");
+        d.update(lost2, "a", PRIMARY, true);
+        assert_eq!(d.lookup(&lost2).unwrap().state, State::Sealed);
+    }
+
+    #[test]
+    fn forget_returns_the_holders() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        d.update(id, "a", PRIMARY, false);
+        d.update(id, "b", CACHED, false);
+        assert_eq!(d.forget(&id).unwrap().holders, ["a", "b"]);
+        assert!(d.forget(&id).is_none());
+        assert!(d.is_empty());
+    }
+}

@@ -1,0 +1,238 @@
+//! Who is in the cluster and who is alive: the failure detector's state.
+//! Pure: the heartbeat loop feeds it what it heard and the time.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// What a member says about itself in heartbeats.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberInfo {
+    /// gRPC address; the member's name.
+    pub addr: String,
+    /// Bulk transport address.
+    pub data_addr: String,
+    /// Random per start.
+    pub incarnation: u64,
+    /// Arena capacity in bytes.
+    pub capacity: u64,
+    /// Bytes in use.
+    pub used: u64,
+    /// Objects held.
+    pub objects: u64,
+}
+
+/// How a member is doing, as far as this member can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// Heard from within the peer timeout.
+    Alive,
+    /// Not heard from for longer than the peer timeout.
+    Dead,
+    /// Known by name only (from flags or gossip).
+    Unknown,
+}
+
+/// One other member.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Its last self-description (only the address before first contact).
+    pub info: MemberInfo,
+    /// Its health.
+    pub health: Health,
+    /// When it was last heard from.
+    pub last_seen: Option<Instant>,
+}
+
+/// What a heartbeat changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Members that became alive (new, back, or restarted).
+    pub joined: Vec<String>,
+    /// Members declared dead (or restarted: their old copies are gone).
+    pub died: Vec<String>,
+}
+
+impl Changes {
+    /// True when the set of live members changed.
+    pub fn ring_changed(&self) -> bool {
+        !self.joined.is_empty() || !self.died.is_empty()
+    }
+}
+
+/// The member table.
+#[derive(Debug)]
+pub struct Membership {
+    me: String,
+    members: BTreeMap<String, Member>,
+    timeout: Duration,
+}
+
+impl Membership {
+    /// A table for member `me`, declaring members dead after `timeout` of silence.
+    pub fn new(me: &str, timeout: Duration) -> Self {
+        Self {
+            me: me.into(),
+            members: BTreeMap::new(),
+            timeout,
+        }
+    }
+
+    /// This member's name.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// Adds members known by address only (from flags or gossip).
+    pub fn learn<'a>(&mut self, addrs: impl IntoIterator<Item = &'a str>) {
+        for a in addrs {
+            if a != self.me && !a.is_empty() {
+                self.members.entry(a.into()).or_insert_with(|| Member {
+                    info: MemberInfo {
+                        addr: a.into(),
+                        ..MemberInfo::default()
+                    },
+                    health: Health::Unknown,
+                    last_seen: None,
+                });
+            }
+        }
+    }
+
+    /// Records a heartbeat (sent or answered) by `info.addr` at `now`.
+    pub fn heard(&mut self, info: MemberInfo, now: Instant) -> Changes {
+        let mut ch = Changes::default();
+        if info.addr == self.me || info.addr.is_empty() {
+            return ch;
+        }
+        let addr = info.addr.clone();
+        match self.members.get_mut(&addr) {
+            Some(m) => {
+                let restarted = m.info.incarnation != 0 && m.info.incarnation != info.incarnation;
+                if restarted && m.health == Health::Alive {
+                    ch.died.push(addr.clone());
+                }
+                if m.health != Health::Alive || restarted {
+                    ch.joined.push(addr.clone());
+                }
+                m.info = info;
+                m.health = Health::Alive;
+                m.last_seen = Some(now);
+            }
+            None => {
+                ch.joined.push(addr.clone());
+                self.members.insert(
+                    addr,
+                    Member {
+                        info,
+                        health: Health::Alive,
+                        last_seen: Some(now),
+                    },
+                );
+            }
+        }
+        ch
+    }
+
+    /// Declares dead the live members silent for longer than the timeout.
+    pub fn sweep(&mut self, now: Instant) -> Changes {
+        let mut ch = Changes::default();
+        for (addr, m) in &mut self.members {
+            let silent = m
+                .last_seen
+                .is_none_or(|t| now.duration_since(t) > self.timeout);
+            if m.health == Health::Alive && silent {
+                m.health = Health::Dead;
+                ch.died.push(addr.clone());
+            }
+        }
+        ch
+    }
+
+    /// Live members, this one included, sorted.
+    pub fn alive(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.health == Health::Alive)
+            .map(|(a, _)| a.clone())
+            .chain(std::iter::once(self.me.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// True for this member and live others.
+    pub fn is_alive(&self, addr: &str) -> bool {
+        addr == self.me
+            || self
+                .members
+                .get(addr)
+                .is_some_and(|m| m.health == Health::Alive)
+    }
+
+    /// Every other member's address (to heartbeat and gossip).
+    pub fn known(&self) -> Vec<String> {
+        self.members.keys().cloned().collect()
+    }
+
+    /// A member's entry.
+    pub fn get(&self, addr: &str) -> Option<&Member> {
+        self.members.get(addr)
+    }
+
+    /// Every other member.
+    pub fn members(&self) -> impl Iterator<Item = &Member> {
+        self.members.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(addr: &str, inc: u64) -> MemberInfo {
+        MemberInfo {
+            addr: addr.into(),
+            incarnation: inc,
+            ..MemberInfo::default()
+        }
+    }
+
+    #[test]
+    fn members_join_when_heard_and_die_when_silent() {
+        let t0 = Instant::now();
+        let mut m = Membership::new("a", Duration::from_secs(3));
+        m.learn(["b", "c", "a"]);
+        assert_eq!(m.alive(), ["a"], "known is not alive");
+        assert_eq!(m.heard(info("b", 1), t0).joined, ["b"]);
+        assert!(!m.heard(info("b", 1), t0).ring_changed());
+        assert_eq!(m.alive(), ["a", "b"]);
+        assert!(!m.sweep(t0 + Duration::from_secs(2)).ring_changed());
+        assert_eq!(m.sweep(t0 + Duration::from_secs(4)).died, ["b"]);
+        assert!(!m.is_alive("b"));
+        assert_eq!(m.get("c").unwrap().health, Health::Unknown);
+        // It comes back.
+        assert_eq!(
+            m.heard(info("b", 1), t0 + Duration::from_secs(5)).joined,
+            ["b"]
+        );
+        assert!(m.is_alive("b"));
+    }
+
+    #[test]
+    fn a_restart_is_a_death_and_a_join() {
+        let t0 = Instant::now();
+        let mut m = Membership::new("a", Duration::from_secs(3));
+        m.heard(info("b", 1), t0);
+        let ch = m.heard(info("b", 2), t0);
+        assert_eq!(ch.died, ["b"]);
+        assert_eq!(ch.joined, ["b"]);
+    }
+
+    #[test]
+    fn heartbeats_from_oneself_are_ignored() {
+        let mut m = Membership::new("a", Duration::from_secs(3));
+        assert!(!m.heard(info("a", 1), Instant::now()).ring_changed());
+        assert!(m.known().is_empty());
+    }
+}

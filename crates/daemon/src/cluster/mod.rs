@@ -1,0 +1,361 @@
+//! Many stores, one namespace: membership, the partitioned object
+//! directory, and pulling objects between members.
+//!
+//! Module map:
+//! - [`ring`] — consistent hashing of ids onto members (owner and backup).
+//! - [`directory`] — the directory entries this member keeps (pure state).
+//! - [`membership`] — the member table and failure detector (pure state).
+//! - `service` — the gRPC `Peer` service other members call.
+//! - `heartbeat` — the heartbeat/gossip loop that drives membership.
+//! - `agent` — turns local seals and deletions into directory updates, and
+//!   re-registers everything held after a membership change.
+//! - `fetch` — remote gets: look up, pull into a local allocation, seal.
+//! - [`transport`] — the bulk transport interface and its TCP implementation.
+//! - `token` — the shared secret on every gRPC call and bulk connection.
+//! - `peers` — gRPC channels to other members, token and deadlines attached.
+//! - `ops` — cluster-wide claim, update, lookup, contains, delete and list,
+//!   routed to each id's owner and backup.
+//!
+//! Every directory entry lives on two members (the id's owner and backup
+//! on the ring), so the loss of any one member loses no entry: its ids fall
+//! to their backups, who know where every copy is and which are now lost.
+
+mod agent;
+pub mod directory;
+mod fetch;
+mod heartbeat;
+pub mod membership;
+mod ops;
+mod peers;
+pub mod ring;
+mod service;
+mod token;
+pub mod transport;
+
+/// Generated gRPC code for `proto/ferroplasma/cluster/v1/cluster.proto`.
+#[allow(missing_docs, clippy::all, missing_debug_implementations)]
+pub mod pb {
+    tonic::include_proto!("ferroplasma.cluster.v1");
+}
+
+use crate::shared::SharedRef;
+use crate::DaemonError;
+use directory::Directory;
+use ferroplasma_protocol::pb as wire;
+use ferroplasma_protocol::ObjectId;
+use ferroplasma_store::ClientId;
+use membership::{Changes, MemberInfo, Membership};
+use ring::Ring;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+use transport::Transport;
+
+/// How a store joins a cluster (from `ferroplasma store` flags).
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Where the gRPC service listens.
+    pub listen: SocketAddr,
+    /// The address other members reach it at (its name).
+    pub advertise: String,
+    /// Where the bulk transport listens (port 0: any free port).
+    pub data_listen: SocketAddr,
+    /// Members to contact at start.
+    pub peers: Vec<String>,
+    /// The shared secret.
+    pub token: String,
+    /// Time between heartbeats.
+    pub heartbeat: Duration,
+    /// Silence after which a member is declared dead.
+    pub peer_timeout: Duration,
+}
+
+/// Something a cluster operation finished, for the connection that asked.
+#[derive(Debug)]
+pub enum Completion {
+    /// The reply to a request.
+    Reply {
+        /// The request.
+        request_id: u64,
+        /// Its answer.
+        body: Result<wire::reply::Body, wire::Error>,
+    },
+    /// A create's id was claimed cluster-wide (or refused).
+    Claimed {
+        /// The request.
+        request_id: u64,
+        /// The original Create or CreateAndSeal.
+        request: wire::request::Body,
+        /// Ok when the id is now reserved for this member.
+        result: Result<(), wire::Error>,
+    },
+    /// A remote get of this id failed for good (lost, or no room here).
+    FetchFailed {
+        /// The object.
+        id: ObjectId,
+        /// Why.
+        error: wire::Error,
+    },
+}
+
+/// The sender half connections hand to cluster operations.
+pub type Completions = mpsc::UnboundedSender<Completion>;
+
+/// Transfer and directory counters (shown by `ferroplasma cluster status`).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Objects pulled from other members.
+    pub fetches: AtomicU64,
+    /// Data bytes pulled.
+    pub fetched_bytes: AtomicU64,
+    /// Objects sent to other members.
+    pub served: AtomicU64,
+    /// Data bytes sent.
+    pub served_bytes: AtomicU64,
+    /// Directory lookups sent.
+    pub lookups: AtomicU64,
+    /// Ids claimed for creates.
+    pub claims: AtomicU64,
+}
+
+/// A fetch in progress and the connections waiting on it.
+#[derive(Debug)]
+struct Inflight {
+    /// Latest deadline of any waiter (`None`: one waits forever).
+    deadline: Option<tokio::time::Instant>,
+    waiters: Vec<Completions>,
+}
+
+/// This member's view of the cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    me: String,
+    data_addr: String,
+    incarnation: u64,
+    token: Arc<str>,
+    heartbeat: Duration,
+    shared: SharedRef,
+    /// The store client the cluster acts as: it subscribes to seals and
+    /// deletions, holds pins on objects being sent and creates landings.
+    agent: ClientId,
+    membership: Mutex<Membership>,
+    ring: Mutex<Ring>,
+    directory: Mutex<Directory>,
+    /// Woken on every directory change (for lookups that wait).
+    directory_changed: Notify,
+    /// Woken when the live members changed (the agent re-registers).
+    rejoin: Notify,
+    /// Local objects that are cached copies pulled from elsewhere.
+    cached: Mutex<HashSet<ObjectId>>,
+    inflight: Mutex<HashMap<ObjectId, Inflight>>,
+    peers: peers::Peers,
+    transport: Box<dyn Transport>,
+    /// Counters.
+    pub counters: Counters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cluster {
+    /// Binds the gRPC and bulk listeners, registers the cluster's store
+    /// client and starts the service, heartbeat and agent tasks.
+    pub async fn start(cfg: ClusterConfig, shared: SharedRef) -> Result<Arc<Self>, DaemonError> {
+        let grpc = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| DaemonError::io(format!("binding --cluster-listen {}", cfg.listen), e))?;
+        let bulk = tokio::net::TcpListener::bind(cfg.data_listen)
+            .await
+            .map_err(|e| {
+                DaemonError::io(format!("binding the data port {}", cfg.data_listen), e)
+            })?;
+        let bulk_port = bulk
+            .local_addr()
+            .map_err(|e| DaemonError::io("data port address", e))?
+            .port();
+        let host = cfg
+            .advertise
+            .rsplit_once(':')
+            .map_or(cfg.advertise.as_str(), |(h, _)| h);
+        let data_addr = format!("{host}:{bulk_port}");
+        let (agent, events) = {
+            let mut sh = shared.lock();
+            let (id, rx) = sh.register();
+            sh.store.subscribe(id);
+            sh.cluster_client = Some(id);
+            (id, rx)
+        };
+        let mut inc = [0u8; 8];
+        getrandom::fill(&mut inc).map_err(|e| {
+            DaemonError::io("random incarnation", std::io::Error::other(e.to_string()))
+        })?;
+        let token: Arc<str> = cfg.token.as_str().into();
+        let mut membership = Membership::new(&cfg.advertise, cfg.peer_timeout);
+        membership.learn(cfg.peers.iter().map(String::as_str));
+        let cluster = Arc::new(Self {
+            me: cfg.advertise.clone(),
+            data_addr,
+            incarnation: u64::from_le_bytes(inc) | 1,
+            token: token.clone(),
+            heartbeat: cfg.heartbeat,
+            shared,
+            agent,
+            ring: Mutex::new(Ring::new([cfg.advertise.clone()])),
+            membership: Mutex::new(membership),
+            directory: Mutex::new(Directory::new()),
+            directory_changed: Notify::new(),
+            rejoin: Notify::new(),
+            cached: Mutex::new(HashSet::new()),
+            inflight: Mutex::new(HashMap::new()),
+            peers: peers::Peers::new(&token, cfg.peer_timeout)?,
+            transport: Box::new(transport::TcpTransport::new(
+                token.clone(),
+                cfg.peer_timeout,
+            )),
+            counters: Counters::default(),
+        });
+        tokio::spawn(service::serve(cluster.clone(), grpc));
+        tokio::spawn(transport::serve_tcp(
+            bulk,
+            token,
+            Arc::new(fetch::StoreSource(cluster.clone())),
+        ));
+        tokio::spawn(agent::run(cluster.clone(), events));
+        tokio::spawn(heartbeat::run(cluster.clone()));
+        tracing::info!(
+            me = %cluster.me, data = %cluster.data_addr, peers = ?cfg.peers,
+            heartbeat_ms = cfg.heartbeat.as_millis() as u64,
+            peer_timeout_ms = cfg.peer_timeout.as_millis() as u64,
+            "cluster member ready"
+        );
+        Ok(cluster)
+    }
+
+    /// This member's name (its advertised cluster address).
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// What this member says about itself in heartbeats.
+    fn my_info(&self) -> MemberInfo {
+        let s = self.shared.lock().store.stats();
+        MemberInfo {
+            addr: self.me.clone(),
+            data_addr: self.data_addr.clone(),
+            incarnation: self.incarnation,
+            capacity: s.capacity,
+            used: s.used,
+            objects: s.objects,
+        }
+    }
+
+    /// The owner and backup of `id` in the current ring.
+    fn targets(&self, id: &ObjectId) -> Vec<String> {
+        lock(&self.ring)
+            .owners(id, 2)
+            .into_iter()
+            .map(String::from)
+            .collect()
+    }
+
+    /// Records what a heartbeat told about a member and the members it knows.
+    fn heard(&self, info: MemberInfo, known: &[String]) {
+        let changes = {
+            let mut m = lock(&self.membership);
+            m.learn(known.iter().map(String::as_str));
+            m.heard(info, tokio::time::Instant::now().into_std())
+        };
+        self.apply(changes);
+    }
+
+    /// Acts on members joining or dying: directory clean-up, the new ring,
+    /// re-registration.
+    fn apply(&self, ch: Changes) {
+        if !ch.ring_changed() {
+            return;
+        }
+        for d in &ch.died {
+            let lost = lock(&self.directory).member_died(d);
+            let data = lock(&self.membership)
+                .get(d)
+                .map(|m| m.info.data_addr.clone());
+            if let Some(data) = data {
+                self.transport.forget(&data);
+            }
+            tracing::warn!(member = %d, objects_lost = lost, "cluster member is gone");
+        }
+        for j in &ch.joined {
+            tracing::info!(member = %j, "cluster member joined");
+        }
+        let alive = lock(&self.membership).alive();
+        *lock(&self.ring) = Ring::new(alive);
+        self.directory_changed.notify_waiters();
+        self.rejoin.notify_one();
+    }
+
+    /// The status for `ferroplasma cluster status`.
+    pub fn status(&self) -> wire::ClusterStatusReply {
+        let now = std::time::Instant::now();
+        let me = self.my_info();
+        let mut members = vec![wire::MemberStatus {
+            addr: me.addr,
+            data_addr: me.data_addr,
+            health: wire::MemberHealth::ThisMember as i32,
+            capacity: me.capacity,
+            used: me.used,
+            objects: me.objects,
+            last_seen_ms: 0,
+        }];
+        for m in lock(&self.membership).members() {
+            members.push(wire::MemberStatus {
+                addr: m.info.addr.clone(),
+                data_addr: m.info.data_addr.clone(),
+                health: match m.health {
+                    membership::Health::Alive => wire::MemberHealth::Alive,
+                    membership::Health::Dead => wire::MemberHealth::Dead,
+                    membership::Health::Unknown => wire::MemberHealth::Unknown,
+                } as i32,
+                capacity: m.info.capacity,
+                used: m.info.used,
+                objects: m.info.objects,
+                last_seen_ms: m
+                    .last_seen
+                    .map_or(0, |t| now.duration_since(t).as_millis() as u64),
+            });
+        }
+        let c = &self.counters;
+        wire::ClusterStatusReply {
+            enabled: true,
+            members,
+            fetches: c.fetches.load(Ordering::Relaxed),
+            fetched_bytes: c.fetched_bytes.load(Ordering::Relaxed),
+            served: c.served.load(Ordering::Relaxed),
+            served_bytes: c.served_bytes.load(Ordering::Relaxed),
+            lookups: c.lookups.load(Ordering::Relaxed),
+            claims: c.claims.load(Ordering::Relaxed),
+            directory_entries: lock(&self.directory).len() as u64,
+        }
+    }
+
+    /// Whether `id` is a cached copy pulled from another member.
+    pub fn is_cached(&self, id: &ObjectId) -> bool {
+        lock(&self.cached).contains(id)
+    }
+}
+
+/// An error reply for the Python/Rust clients.
+pub(crate) fn wire_error(
+    code: wire::ErrorCode,
+    message: String,
+    id: Option<ObjectId>,
+) -> wire::Error {
+    wire::Error {
+        code: code as i32,
+        message,
+        object_id: id.map(|i| i.0.to_vec()).unwrap_or_default(),
+    }
+}

@@ -1,0 +1,391 @@
+//! The cluster-wide operations behind a client's requests: claiming ids,
+//! directory updates and lookups routed to each id's owner and backup,
+//! cluster-wide contains, delete and list.
+
+use super::directory::{Change, Entry, State};
+use super::{lock, pb, wire_error, Cluster};
+use ferroplasma_protocol::pb as wire;
+use ferroplasma_protocol::{pack_ids, unpack_ids, ObjectId};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The longest a single directory lookup waits on the owner; longer waits
+/// are several lookups in a row.
+pub const MAX_LOOKUP_WAIT: Duration = Duration::from_secs(10);
+
+fn unavailable(what: &str, e: &tonic::Status) -> wire::Error {
+    wire_error(
+        wire::ErrorCode::ClusterUnavailable,
+        format!(
+            "{what}: cluster member unreachable ({}); retry shortly",
+            e.message()
+        ),
+        None,
+    )
+}
+
+/// A directory entry on the wire.
+pub fn entry_pb(e: Option<&Entry>) -> pb::Entry {
+    match e {
+        None => pb::Entry::default(),
+        Some(e) => pb::Entry {
+            state: match e.state {
+                State::Creating { .. } => pb::EntryState::Creating,
+                State::Sealed => pb::EntryState::Sealed,
+                State::Lost => pb::EntryState::Lost,
+            } as i32,
+            holders: e.holders.clone(),
+            data_size: e.data_size,
+            metadata_size: e.metadata_size,
+        },
+    }
+}
+
+/// A directory change from the wire (`None` for an unknown op).
+pub fn change_of(op: &pb::Op) -> Option<Change> {
+    let (data_size, metadata_size) = (op.data_size, op.metadata_size);
+    match pb::OpKind::try_from(op.kind).ok()? {
+        pb::OpKind::SealedPrimary => Some(Change::SealedPrimary {
+            data_size,
+            metadata_size,
+        }),
+        pb::OpKind::SealedCached => Some(Change::SealedCached {
+            data_size,
+            metadata_size,
+        }),
+        pb::OpKind::Dropped => Some(Change::Dropped),
+        pb::OpKind::Unspecified => None,
+    }
+}
+
+impl Cluster {
+    async fn claim_at(&self, target: &str, id: ObjectId) -> Result<bool, tonic::Status> {
+        if target == self.me {
+            return Ok(lock(&self.directory).claim(id, &self.me));
+        }
+        let msg = pb::ClaimRequest {
+            node: self.me.clone(),
+            object_ids: id.0.to_vec(),
+        };
+        let mut c = self.peers.get(target)?;
+        let r = c.claim(self.peers.request(msg, Duration::ZERO)).await?;
+        Ok(r.into_inner().granted.first().copied().unwrap_or(false))
+    }
+
+    /// Reserves `id` cluster-wide for an object this member creates: false
+    /// when it is being created or sealed elsewhere.
+    pub async fn claim(&self, id: ObjectId) -> Result<bool, wire::Error> {
+        self.counters.claims.fetch_add(1, Ordering::Relaxed);
+        let t = self.targets(&id);
+        let (owner, backup) = tokio::join!(self.claim_at(&t[0], id), async {
+            match t.get(1) {
+                Some(b) => Some(self.claim_at(b, id).await),
+                None => None,
+            }
+        });
+        match (owner, backup) {
+            (Ok(g), _) => Ok(g),
+            (Err(_), Some(Ok(g))) => Ok(g),
+            (Err(e), _) => Err(unavailable("claiming the id", &e)),
+        }
+    }
+
+    /// Applies `ops` (by this member) at `target`; returns the refused ids.
+    pub(super) async fn update_at(
+        &self,
+        target: &str,
+        ops: Vec<pb::Op>,
+        rejoin: bool,
+    ) -> Result<Vec<ObjectId>, tonic::Status> {
+        if target == self.me {
+            return Ok(self.apply_update(&self.me, &ops, rejoin));
+        }
+        let msg = pb::UpdateRequest {
+            node: self.me.clone(),
+            ops,
+            rejoin,
+        };
+        let mut c = self.peers.get(target)?;
+        let r = c.update(self.peers.request(msg, Duration::ZERO)).await?;
+        Ok(unpack_ids(&r.into_inner().refused_ids).unwrap_or_default())
+    }
+
+    /// Applies directory changes reported by `node`; returns refused ids.
+    pub(super) fn apply_update(&self, node: &str, ops: &[pb::Op], rejoin: bool) -> Vec<ObjectId> {
+        let mut refused = Vec::new();
+        {
+            let mut d = lock(&self.directory);
+            for op in ops {
+                let (Ok(id), Some(ch)) = (ObjectId::from_slice(&op.object_id), change_of(op))
+                else {
+                    continue;
+                };
+                if !d.update(id, node, ch, rejoin) {
+                    refused.push(id);
+                }
+            }
+        }
+        self.directory_changed.notify_waiters();
+        refused
+    }
+
+    /// Entries from this member's directory; with `wait`, once every id is
+    /// sealed or lost (or the wait is over).
+    pub(super) async fn lookup_local(&self, ids: &[ObjectId], wait: Duration) -> Vec<pb::Entry> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let changed = self.directory_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let entries: Vec<pb::Entry> = {
+                let d = lock(&self.directory);
+                ids.iter().map(|id| entry_pb(d.lookup(id))).collect()
+            };
+            let settled = entries.iter().all(|e| {
+                e.state == pb::EntryState::Sealed as i32 || e.state == pb::EntryState::Lost as i32
+            });
+            if settled || wait.is_zero() {
+                return entries;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return entries;
+            }
+        }
+    }
+
+    async fn lookup_at(
+        &self,
+        target: &str,
+        ids: &[ObjectId],
+        wait: Duration,
+    ) -> Result<Vec<pb::Entry>, tonic::Status> {
+        if target == self.me {
+            return Ok(self.lookup_local(ids, wait).await);
+        }
+        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        let msg = pb::LookupRequest {
+            object_ids: pack_ids(ids),
+            wait_ms: wait.as_millis() as i64,
+        };
+        let mut c = self.peers.get(target)?;
+        let r = c.lookup(self.peers.request(msg, wait)).await?.into_inner();
+        if r.entries.len() != ids.len() {
+            return Err(tonic::Status::internal(
+                "lookup answered the wrong number of ids",
+            ));
+        }
+        Ok(r.entries)
+    }
+
+    /// Where `id` is, asking its owner (its backup if the owner fails).
+    pub async fn lookup(&self, id: ObjectId, wait: Duration) -> Result<pb::Entry, wire::Error> {
+        let wait = wait.min(MAX_LOOKUP_WAIT);
+        let mut last = None;
+        for t in self.targets(&id) {
+            match self.lookup_at(&t, &[id], wait).await {
+                Ok(mut v) => return Ok(v.remove(0)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(unavailable(
+            "looking the object up",
+            &last.unwrap_or_else(|| tonic::Status::unavailable("no members")),
+        ))
+    }
+
+    /// Whether each id is sealed on some live member.
+    pub async fn contains(&self, ids: Vec<ObjectId>) -> Result<Vec<bool>, wire::Error> {
+        let mut present = vec![false; ids.len()];
+        let mut by_owner: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        {
+            let sh = self.shared.lock();
+            for (i, id) in ids.iter().enumerate() {
+                if sh.store.contains(id) {
+                    present[i] = true;
+                } else {
+                    by_owner
+                        .entry(self.targets(id).remove(0))
+                        .or_default()
+                        .push(i);
+                }
+            }
+        }
+        for (owner, idx) in by_owner {
+            let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
+            let entries = match self.lookup_at(&owner, &want, Duration::ZERO).await {
+                Ok(e) => e,
+                Err(_) => {
+                    let mut v = Vec::with_capacity(want.len());
+                    for id in &want {
+                        v.push(self.lookup(*id, Duration::ZERO).await?);
+                    }
+                    v
+                }
+            };
+            let m = lock(&self.membership);
+            for (i, e) in idx.into_iter().zip(entries) {
+                present[i] = e.state == pb::EntryState::Sealed as i32
+                    && e.holders.iter().any(|h| m.is_alive(h));
+            }
+        }
+        Ok(present)
+    }
+
+    /// Deletes every copy of each id, everywhere (each deferred while
+    /// referenced where it lies). Returns a `DeleteStatus` per id.
+    pub async fn delete(&self, ids: Vec<ObjectId>) -> Result<Vec<i32>, wire::Error> {
+        use wire::DeleteStatus as S;
+        let mut status: Vec<i32> = self.drop_local(&ids);
+        let mut by_target: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            for t in self.targets(id) {
+                by_target.entry(t).or_default().push(i);
+            }
+        }
+        // Forget the entries (owner and backup), collecting every holder.
+        let mut holders: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (t, idx) in by_target {
+            let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
+            let entries = if t == self.me {
+                let mut d = lock(&self.directory);
+                want.iter()
+                    .map(|id| entry_pb(d.forget(id).as_ref()))
+                    .collect()
+            } else {
+                let msg = pb::ForgetRequest {
+                    object_ids: pack_ids(&want),
+                };
+                let r = async {
+                    let mut c = self.peers.get(&t)?;
+                    c.forget(self.peers.request(msg, Duration::ZERO)).await
+                }
+                .await;
+                match r {
+                    Ok(r) => r.into_inner().entries,
+                    Err(e) => {
+                        tracing::warn!(member = %t, error = %e, "delete: could not reach a directory member");
+                        continue;
+                    }
+                }
+            };
+            for (i, e) in idx.into_iter().zip(entries) {
+                for h in e.holders {
+                    if h != self.me {
+                        let v = holders.entry(h).or_default();
+                        if !v.contains(&i) {
+                            v.push(i);
+                        }
+                    }
+                }
+                if e.state != pb::EntryState::Absent as i32 && status[i] == S::NotFound as i32 {
+                    status[i] = S::Deleted as i32;
+                }
+            }
+        }
+        self.directory_changed.notify_waiters();
+        // Drop the copies on the other holders.
+        for (h, idx) in holders {
+            if !lock(&self.membership).is_alive(&h) {
+                continue;
+            }
+            let msg = pb::DropCopiesRequest {
+                object_ids: pack_ids(&idx.iter().map(|&i| ids[i]).collect::<Vec<_>>()),
+            };
+            let r = async {
+                let mut c = self.peers.get(&h)?;
+                c.drop_copies(self.peers.request(msg, Duration::ZERO)).await
+            }
+            .await;
+            match r {
+                Ok(r) => {
+                    for (i, s) in idx.into_iter().zip(r.into_inner().status) {
+                        if s == S::Deferred as i32 || status[i] == S::NotFound as i32 {
+                            status[i] = s;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(member = %h, error = %e, "delete: could not drop a copy"),
+            }
+        }
+        Ok(status)
+    }
+
+    /// Deletes this member's copies; a `DeleteStatus` per id.
+    pub(super) fn drop_local(&self, ids: &[ObjectId]) -> Vec<i32> {
+        let mut sh = self.shared.lock();
+        ids.iter()
+            .map(|id| {
+                let (outcome, fx) = sh.store.delete(*id);
+                sh.deliver(fx);
+                crate::convert::delete_status(outcome)
+            })
+            .collect()
+    }
+
+    /// This member's objects, as the wire lists them.
+    pub(super) fn list_local(&self) -> Vec<pb::ListedObject> {
+        let list = self.shared.lock().store.list();
+        let cached = lock(&self.cached);
+        list.iter()
+            .map(|o| {
+                let w = crate::convert::info(o);
+                pb::ListedObject {
+                    cached: cached.contains(&o.id),
+                    object_id: w.object_id,
+                    data_size: w.data_size,
+                    metadata_size: w.metadata_size,
+                    ref_count: w.ref_count,
+                    sealed: w.state == wire::ObjectState::Sealed as i32,
+                    create_time_us: w.create_time_us,
+                    construct_duration_us: w.construct_duration_us,
+                    delete_pending: w.delete_pending,
+                    spilled: w.spilled,
+                }
+            })
+            .collect()
+    }
+
+    /// Every live member's objects, each naming its member.
+    pub async fn list(&self) -> Vec<wire::ObjectInfo> {
+        let alive = lock(&self.membership).alive();
+        let mut out = Vec::new();
+        for m in alive {
+            let objects = if m == self.me {
+                self.list_local()
+            } else {
+                let r = async {
+                    let mut c = self.peers.get(&m)?;
+                    c.list_local(self.peers.request(pb::ListLocalRequest {}, Duration::ZERO))
+                        .await
+                }
+                .await;
+                match r {
+                    Ok(r) => r.into_inner().objects,
+                    Err(e) => {
+                        tracing::warn!(member = %m, error = %e, "list: member did not answer");
+                        continue;
+                    }
+                }
+            };
+            out.extend(objects.into_iter().map(|o| wire::ObjectInfo {
+                object_id: o.object_id,
+                data_size: o.data_size,
+                metadata_size: o.metadata_size,
+                ref_count: o.ref_count,
+                state: if o.sealed {
+                    wire::ObjectState::Sealed
+                } else {
+                    wire::ObjectState::Created
+                } as i32,
+                create_time_us: o.create_time_us,
+                construct_duration_us: o.construct_duration_us,
+                delete_pending: o.delete_pending,
+                spilled: o.spilled,
+                node: m.clone(),
+                cached: o.cached,
+            }));
+        }
+        out
+    }
+}

@@ -1,0 +1,80 @@
+//! gRPC calls to other members: one lazily connected channel per member,
+//! the token attached to every call, and a deadline on each.
+
+use super::pb::peer_client::PeerClient;
+use super::token::Attach;
+use super::{lock, pb};
+use crate::DaemonError;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+/// A client for one member.
+pub type Client = PeerClient<InterceptedService<Channel, Attach>>;
+
+/// Channels to the other members.
+#[derive(Debug)]
+pub struct Peers {
+    attach: Attach,
+    timeout: Duration,
+    channels: Mutex<HashMap<String, Client>>,
+}
+
+impl Peers {
+    /// Calls carry `token` and give up after `timeout` (lookups that wait
+    /// get their wait on top).
+    pub fn new(token: &str, timeout: Duration) -> Result<Self, DaemonError> {
+        let value = token.parse().map_err(|_| {
+            DaemonError::BadConfig("--cluster-token must be printable ASCII".into())
+        })?;
+        Ok(Self {
+            attach: Attach(value),
+            timeout,
+            channels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The client for member `addr` (connected on first use).
+    pub fn get(&self, addr: &str) -> Result<Client, tonic::Status> {
+        if let Some(c) = lock(&self.channels).get(addr) {
+            return Ok(c.clone());
+        }
+        let ep = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| tonic::Status::invalid_argument(format!("member address {addr}: {e}")))?
+            .connect_timeout(self.timeout)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(self.timeout)
+            .keep_alive_timeout(self.timeout);
+        let c = PeerClient::with_interceptor(ep.connect_lazy(), self.attach.clone())
+            .max_decoding_message_size(256 << 20)
+            .max_encoding_message_size(256 << 20);
+        lock(&self.channels).insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// Drops the channel to a member (it died or restarted).
+    pub fn forget(&self, addr: &str) {
+        lock(&self.channels).remove(addr);
+    }
+
+    /// A request with this call's deadline (`extra` on top of the default).
+    pub fn request<T>(&self, msg: T, extra: Duration) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        r.set_timeout(self.timeout + extra);
+        r
+    }
+
+    /// Sends a heartbeat.
+    pub async fn heartbeat(
+        &self,
+        addr: &str,
+        msg: pb::HeartbeatRequest,
+    ) -> Result<pb::HeartbeatReply, tonic::Status> {
+        let mut c = self.get(addr)?;
+        Ok(c.heartbeat(self.request(msg, Duration::ZERO))
+            .await?
+            .into_inner())
+    }
+}

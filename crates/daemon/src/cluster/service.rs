@@ -1,0 +1,163 @@
+//! The gRPC `Peer` service: what other members ask of this one.
+
+use super::membership::MemberInfo;
+use super::pb;
+use super::pb::peer_server::{Peer, PeerServer};
+use super::token::Check;
+use super::Cluster;
+use ferroplasma_protocol::{pack_ids, unpack_ids, ObjectId};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// Most ids in one peer request.
+const MAX_IDS: usize = 1 << 16;
+
+#[derive(Debug)]
+struct Service(Arc<Cluster>);
+
+/// Serves the peer protocol on `listener` until the task is dropped.
+pub async fn serve(cluster: Arc<Cluster>, listener: tokio::net::TcpListener) {
+    let check = Check(cluster.token.clone());
+    let svc = PeerServer::with_interceptor(Service(cluster), check);
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    if let Err(e) = tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming(incoming)
+        .await
+    {
+        tracing::error!(error = %e, "the cluster service stopped");
+    }
+}
+
+fn ids(packed: &[u8]) -> Result<Vec<ObjectId>, Status> {
+    let v = unpack_ids(packed)
+        .map_err(|_| Status::invalid_argument("object_ids is not a multiple of 20 bytes"))?;
+    if v.len() > MAX_IDS {
+        return Err(Status::invalid_argument(format!(
+            "{} ids in one request; the limit is {MAX_IDS}",
+            v.len()
+        )));
+    }
+    Ok(v)
+}
+
+pub(super) fn member_of(m: Option<pb::Member>) -> MemberInfo {
+    let m = m.unwrap_or_default();
+    MemberInfo {
+        addr: m.addr,
+        data_addr: m.data_addr,
+        incarnation: m.incarnation,
+        capacity: m.capacity,
+        used: m.used,
+        objects: m.objects,
+    }
+}
+
+pub(super) fn member_pb(m: MemberInfo) -> pb::Member {
+    pb::Member {
+        addr: m.addr,
+        data_addr: m.data_addr,
+        incarnation: m.incarnation,
+        capacity: m.capacity,
+        used: m.used,
+        objects: m.objects,
+    }
+}
+
+impl Cluster {
+    /// This member and every member it knows (for gossip).
+    pub(super) fn known_with_me(&self) -> Vec<String> {
+        let mut k = super::lock(&self.membership).known();
+        k.push(self.me.clone());
+        k
+    }
+}
+
+#[tonic::async_trait]
+impl Peer for Service {
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatReply>, Status> {
+        let r = req.into_inner();
+        let c = &self.0;
+        c.heard(member_of(r.from), &r.known);
+        Ok(Response::new(pb::HeartbeatReply {
+            from: Some(member_pb(c.my_info())),
+            known: c.known_with_me(),
+        }))
+    }
+
+    async fn claim(
+        &self,
+        req: Request<pb::ClaimRequest>,
+    ) -> Result<Response<pb::ClaimReply>, Status> {
+        let r = req.into_inner();
+        let ids = ids(&r.object_ids)?;
+        let granted = {
+            let mut d = super::lock(&self.0.directory);
+            ids.into_iter().map(|id| d.claim(id, &r.node)).collect()
+        };
+        Ok(Response::new(pb::ClaimReply { granted }))
+    }
+
+    async fn update(
+        &self,
+        req: Request<pb::UpdateRequest>,
+    ) -> Result<Response<pb::UpdateReply>, Status> {
+        let r = req.into_inner();
+        if r.ops.len() > MAX_IDS {
+            return Err(Status::invalid_argument("too many ops in one update"));
+        }
+        let refused = self.0.apply_update(&r.node, &r.ops, r.rejoin);
+        Ok(Response::new(pb::UpdateReply {
+            refused_ids: pack_ids(&refused),
+        }))
+    }
+
+    async fn lookup(
+        &self,
+        req: Request<pb::LookupRequest>,
+    ) -> Result<Response<pb::LookupReply>, Status> {
+        let r = req.into_inner();
+        let ids = ids(&r.object_ids)?;
+        let wait = Duration::from_millis(r.wait_ms.max(0) as u64).min(super::ops::MAX_LOOKUP_WAIT);
+        let entries = self.0.lookup_local(&ids, wait).await;
+        Ok(Response::new(pb::LookupReply { entries }))
+    }
+
+    async fn forget(
+        &self,
+        req: Request<pb::ForgetRequest>,
+    ) -> Result<Response<pb::LookupReply>, Status> {
+        let ids = ids(&req.into_inner().object_ids)?;
+        let entries = {
+            let mut d = super::lock(&self.0.directory);
+            ids.iter()
+                .map(|id| super::ops::entry_pb(d.forget(id).as_ref()))
+                .collect()
+        };
+        self.0.directory_changed.notify_waiters();
+        Ok(Response::new(pb::LookupReply { entries }))
+    }
+
+    async fn drop_copies(
+        &self,
+        req: Request<pb::DropCopiesRequest>,
+    ) -> Result<Response<pb::DropCopiesReply>, Status> {
+        let ids = ids(&req.into_inner().object_ids)?;
+        Ok(Response::new(pb::DropCopiesReply {
+            status: self.0.drop_local(&ids),
+        }))
+    }
+
+    async fn list_local(
+        &self,
+        _req: Request<pb::ListLocalRequest>,
+    ) -> Result<Response<pb::ListLocalReply>, Status> {
+        Ok(Response::new(pb::ListLocalReply {
+            objects: self.0.list_local(),
+        }))
+    }
+}

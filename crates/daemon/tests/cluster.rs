@@ -1,0 +1,376 @@
+//! Three (or four) real stores on one machine, joined into a cluster over
+//! loopback TCP: remote gets, unique ids, cluster-wide delete, cached
+//! copies, a member killed mid-run, tokens.
+
+mod common;
+
+use common::TestStore;
+use ferroplasma_client::{Client, ClientError, DeleteStatus, MemberHealth, ObjectId};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "test-token-1";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn content(id: ObjectId, len: usize) -> Vec<u8> {
+    let mut x = u64::from_le_bytes(id.0[..8].try_into().unwrap()) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+struct Member {
+    store: TestStore,
+    addr: String,
+}
+
+impl Member {
+    fn start(addr: &str, peers: &[&str], token: &str) -> Self {
+        let mut args = vec![
+            "--cluster-listen",
+            addr,
+            "--cluster-token",
+            token,
+            "--heartbeat-interval",
+            "100ms",
+            "--peer-timeout",
+            "1s",
+        ];
+        let joined = peers.join(",");
+        if !peers.is_empty() {
+            args.extend(["--peers", &joined]);
+        }
+        Member {
+            store: TestStore::start_with("64MiB", &args),
+            addr: addr.into(),
+        }
+    }
+
+    fn client(&self) -> Client {
+        self.store.client()
+    }
+
+    fn alive_members(&self) -> usize {
+        let s = self.client().cluster_status().unwrap();
+        s.members
+            .iter()
+            .filter(|m| {
+                m.health == MemberHealth::Alive as i32
+                    || m.health == MemberHealth::ThisMember as i32
+            })
+            .count()
+    }
+
+    fn fetches(&self) -> u64 {
+        self.client().cluster_status().unwrap().fetches
+    }
+}
+
+fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while t.elapsed() < within {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+fn cluster(n: usize) -> Vec<Member> {
+    let addrs: Vec<String> = (0..n)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let members: Vec<Member> = addrs
+        .iter()
+        .map(|a| {
+            let peers: Vec<&str> = addrs
+                .iter()
+                .filter(|p| *p != a)
+                .map(String::as_str)
+                .collect();
+            Member::start(a, &peers, TOKEN)
+        })
+        .collect();
+    for m in &members {
+        eventually(
+            "every member sees every other",
+            Duration::from_secs(15),
+            || m.alive_members() == n,
+        );
+    }
+    members
+}
+
+fn put(c: &Client, id: ObjectId, len: usize) {
+    c.put(id, &content(id, len), &content(id, 9)[..5]).unwrap();
+}
+
+fn check(c: &Client, id: ObjectId, len: usize, timeout: Duration) {
+    let b = c
+        .get(&[id], Some(timeout))
+        .unwrap()
+        .remove(0)
+        .unwrap_or_else(|| panic!("{id} not found within {timeout:?}"));
+    assert_eq!(b.data().len(), len);
+    assert!(b.data() == &content(id, len)[..], "data of {id} differs");
+    assert_eq!(b.metadata(), &content(id, 9)[..5]);
+}
+
+#[test]
+fn objects_put_on_one_member_are_read_on_every_other() {
+    let m = cluster(3);
+    let (a, b, c) = (m[0].client(), m[1].client(), m[2].client());
+    let sizes = [0usize, 100, 1 << 20, 20 << 20];
+    let ids: Vec<ObjectId> = sizes.iter().map(|_| ObjectId::random()).collect();
+    for (id, len) in ids.iter().zip(sizes) {
+        put(&a, *id, len);
+    }
+    // Cluster-wide contains answers before any copy moved; local does not.
+    eventually("registered", Duration::from_secs(5), || {
+        c.contains_in(&ids, true).unwrap().iter().all(|&p| p)
+    });
+    assert!(c.contains(&ids).unwrap().iter().all(|&p| !p));
+    for (id, len) in ids.iter().zip(sizes) {
+        check(&b, *id, len, Duration::from_secs(10));
+        check(&c, *id, len, Duration::from_secs(10));
+    }
+    assert_eq!(m[1].fetches(), 4);
+    // The second get is served from the local cached copy.
+    for (id, len) in ids.iter().zip(sizes) {
+        check(&b, *id, len, Duration::from_secs(10));
+    }
+    assert_eq!(m[1].fetches(), 4, "no second transfer");
+    let listed = b.list().unwrap();
+    assert!(listed.iter().all(|o| o.cached), "B holds cached copies");
+    assert_eq!(listed.len(), 4);
+    // The cluster-wide list names every copy's member.
+    let all = a.list_in(true).unwrap();
+    assert_eq!(all.len(), 12);
+    for mem in &m {
+        assert_eq!(all.iter().filter(|o| o.node == mem.addr).count(), 4);
+    }
+    assert_eq!(
+        all.iter().filter(|o| !o.cached).count(),
+        4,
+        "one primary each"
+    );
+    // A cached copy can serve a third member: delete the primary on A only
+    // (evict), then a fourth reader... here: C re-reads after A evicts.
+    let (freed, _) = a.evict(u64::MAX).unwrap();
+    assert!(freed > 0);
+    let late = ObjectId::random();
+    put(&a, late, 1000);
+    check(&c, late, 1000, Duration::from_secs(10));
+}
+
+#[test]
+fn a_get_waits_for_an_object_created_later_elsewhere() {
+    let m = cluster(3);
+    let id = ObjectId::random();
+    let reader = m[2].client();
+    let t = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let got = reader
+            .get(&[id], Some(Duration::from_secs(20)))
+            .unwrap()
+            .remove(0);
+        (got.map(|b| b.data().to_vec()), t0.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    put(&m[0].client(), id, 5000);
+    let (data, took) = t.join().unwrap();
+    assert_eq!(data.unwrap(), content(id, 5000));
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    // A get of an id nobody creates times out normally (no error).
+    let none = m[1]
+        .client()
+        .get(&[ObjectId::random()], Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(none[0].is_none());
+}
+
+#[test]
+fn ids_are_unique_cluster_wide() {
+    let m = cluster(3);
+    let (a, b, c) = (m[0].client(), m[1].client(), m[2].client());
+    for _ in 0..20 {
+        let id = ObjectId::random();
+        put(&a, id, 64);
+        let e = b.put(id, b"other", b"").unwrap_err();
+        assert!(matches!(e, ClientError::ObjectExists { .. }), "{e}");
+        let e = c.create(id, 10, b"").unwrap_err();
+        assert!(matches!(e, ClientError::ObjectExists { .. }), "{e}");
+    }
+    // An unsealed object holds its id too, until it is aborted.
+    let id = ObjectId::random();
+    let buf = a.create(id, 100, b"").unwrap();
+    let e = c.create(id, 100, b"").unwrap_err();
+    assert!(matches!(e, ClientError::ObjectExists { .. }), "{e}");
+    drop(buf);
+    a.abort(id).unwrap();
+    eventually("the aborted id is free", Duration::from_secs(5), || {
+        c.put(id, b"now mine", b"").is_ok()
+    });
+    check_bytes(&b, id, b"now mine");
+    // A creator that disconnects releases its unsealed ids as well.
+    let id = ObjectId::random();
+    {
+        let gone = m[0].client();
+        let _buf = gone.create(id, 10, b"").unwrap();
+    }
+    eventually(
+        "the dead client's id is free",
+        Duration::from_secs(5),
+        || b.put(id, b"b's", b"").is_ok(),
+    );
+}
+
+fn check_bytes(c: &Client, id: ObjectId, want: &[u8]) {
+    let b = c
+        .get(&[id], Some(Duration::from_secs(10)))
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(b.data(), want);
+}
+
+#[test]
+fn delete_removes_every_copy() {
+    let m = cluster(3);
+    let (a, b, c) = (m[0].client(), m[1].client(), m[2].client());
+    let id = ObjectId::random();
+    put(&a, id, 4096);
+    check(&b, id, 4096, Duration::from_secs(10));
+    check(&c, id, 4096, Duration::from_secs(10));
+    assert_eq!(c.delete(&[id]).unwrap(), [DeleteStatus::Deleted]);
+    for cl in [&a, &b, &c] {
+        assert_eq!(cl.contains(&[id]).unwrap(), [false]);
+        assert_eq!(cl.contains_in(&[id], true).unwrap(), [false]);
+    }
+    assert!(b.get(&[id], Some(Duration::from_millis(300))).unwrap()[0].is_none());
+    assert_eq!(a.delete(&[id]).unwrap(), [DeleteStatus::NotFound]);
+    // A copy in use is deleted once released.
+    let id = ObjectId::random();
+    put(&a, id, 100);
+    let held = b
+        .get(&[id], Some(Duration::from_secs(10)))
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(a.delete(&[id]).unwrap(), [DeleteStatus::Deferred]);
+    assert_eq!(
+        held.data(),
+        &content(id, 100)[..],
+        "the reader's bytes stay valid"
+    );
+    drop(held);
+    m[1].store.eventually("deferred delete done", || {
+        b.contains(&[id]).unwrap() == [false]
+    });
+    // The id is free again everywhere.
+    eventually("id free", Duration::from_secs(5), || {
+        c.put(id, b"again", b"").is_ok()
+    });
+}
+
+#[test]
+fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
+    let mut m = cluster(3);
+    let (a, b, c) = (m[0].client(), m[1].client(), m[2].client());
+    let on_b: Vec<ObjectId> = (0..30).map(|_| ObjectId::random()).collect();
+    let on_c: Vec<ObjectId> = (0..30).map(|_| ObjectId::random()).collect();
+    for id in &on_b {
+        put(&b, *id, 2000);
+    }
+    for id in &on_c {
+        put(&c, *id, 2000);
+    }
+    // One of C's objects also has a copy on A: it survives C.
+    check(&a, on_c[0], 2000, Duration::from_secs(10));
+    eventually("registered", Duration::from_secs(5), || {
+        a.contains_in(&on_c, true).unwrap().iter().all(|&p| p)
+    });
+    drop(c);
+    let mut dead = m.pop().unwrap();
+    let t0 = Instant::now();
+    let mut child = dead.store.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Gets of C's objects fail with ObjectLost within a few seconds (the
+    // peer timeout is 1 s here), never hang until their 30 s timeout.
+    for id in &on_c[1..] {
+        match a.get(&[*id], Some(Duration::from_secs(30))) {
+            Err(ClientError::ObjectLost { id: lost, .. }) => assert_eq!(lost, Some(*id)),
+            other => panic!("expected ObjectLost for {id}, got {other:?}"),
+        }
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    // Everything else is still there, from either survivor.
+    check(&a, on_c[0], 2000, Duration::from_secs(5));
+    for id in &on_b {
+        check(&a, *id, 2000, Duration::from_secs(10));
+    }
+    let st = a.cluster_status().unwrap();
+    let dead_entry = st.members.iter().find(|x| x.addr == dead.addr).unwrap();
+    assert_eq!(dead_entry.health, MemberHealth::Dead as i32);
+    // A lost id may be created again.
+    b.put(on_c[5], b"reborn", b"").unwrap();
+    check_bytes(&a, on_c[5], b"reborn");
+    // The member comes back (a new, empty incarnation) and rejoins.
+    let addr = dead.addr.clone();
+    let peers = [m[0].addr.as_str(), m[1].addr.as_str()];
+    drop(dead);
+    let back = Member::start(&addr, &peers[..1], TOKEN);
+    eventually("rejoined", Duration::from_secs(15), || {
+        back.alive_members() == 3 && m[1].alive_members() == 3
+    });
+    let id = ObjectId::random();
+    put(&back.client(), id, 777);
+    check(&b, id, 777, Duration::from_secs(10));
+    check(&back.client(), on_b[0], 2000, Duration::from_secs(10));
+}
+
+#[test]
+fn a_member_with_the_wrong_token_is_refused() {
+    let m = cluster(2);
+    let addr = format!("127.0.0.1:{}", free_port());
+    let intruder = Member::start(&addr, &[m[0].addr.as_str()], "not-the-token");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(m[0].alive_members(), 2, "the intruder is not a member");
+    assert_eq!(intruder.alive_members(), 1, "and it sees nobody");
+    let id = ObjectId::random();
+    put(&m[0].client(), id, 10);
+    assert!(intruder
+        .client()
+        .get(&[id], Some(Duration::from_millis(500)))
+        .unwrap()[0]
+        .is_none());
+}
+
+#[test]
+fn bad_cluster_flags_are_refused_with_a_clear_error() {
+    let dir = common::temp_dir("flags");
+    let sock = dir.join("s.sock");
+    let out = common::run_store_once(&sock, &["--cluster-listen", "127.0.0.1:0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cluster-token"), "{err}");
+    let out = common::run_store_once(
+        &sock,
+        &["--cluster-listen", "0.0.0.0:7000", "--cluster-token", "x"],
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--advertise"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
