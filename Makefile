@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare stress clean
+.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare bench-cluster stress clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -52,6 +52,11 @@ stress: ## Fuzz, kill, stress and hostile-input tests, 20x longer than in make t
 bench: ## Per-operation latency next to a Unix-socket round trip, as ratios
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench
 	target/release/ferroplasma-bench --json target/bench-latency.json
+
+bench-cluster: build ## Seed 002 local vs remote gets across two network namespaces next to raw TCP (root); plot into docs/img
+	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench-cluster
+	target/release/ferroplasma-bench-cluster --json bench/results/cluster.json $(if $(QUICK),--reps 2 --max-total-mb 100,)
+	$(VENV)/bin/python bench/cluster_report.py bench/results/cluster.json --out docs
 
 bench-python: build ## Seed 003 serialization and numpy put/get vs pickle and memcpy; plots into docs/img
 	$(VENV)/bin/python bench/python_serialization.py --out docs

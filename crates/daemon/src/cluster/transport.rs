@@ -32,7 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 const MAGIC: &[u8; 4] = b"FPB1";
 /// Largest read into a landing allocation in one call.
 const CHUNK: usize = 4 << 20;
-/// Idle connections kept per member.
+/// Pulls from one member at a time (and so connections to it, at most).
 const POOL_PER_PEER: usize = 8;
 
 /// Why a pull failed.
@@ -148,6 +148,9 @@ pub struct TcpTransport {
     token: Arc<str>,
     stall: Duration,
     pool: Mutex<HashMap<String, Vec<TcpStream>>>,
+    /// Bounds concurrent pulls per member: a get of a thousand remote ids
+    /// queues on a few connections instead of opening a thousand.
+    slots: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl TcpTransport {
@@ -157,7 +160,17 @@ impl TcpTransport {
             token,
             stall,
             pool: Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn slots(&self, peer: &str) -> Arc<tokio::sync::Semaphore> {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(peer.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(POOL_PER_PEER)))
+            .clone()
     }
 
     fn pooled(&self, peer: &str) -> Option<TcpStream> {
@@ -262,6 +275,8 @@ impl Transport for TcpTransport {
         landing: &'a mut dyn Landing,
     ) -> PullFuture<'a> {
         Box::pin(async move {
+            let slots = self.slots(peer);
+            let _slot = slots.acquire().await.expect("never closed");
             // A pooled connection may have been closed by the other side
             // while idle: then retry once on a fresh one (nothing landed yet).
             if let Some(mut s) = self.pooled(peer) {
