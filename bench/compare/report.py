@@ -287,17 +287,22 @@ def write(results: dict, out_dir: str, benchmarks_md: str | None = None) -> list
     return written + pngs
 
 
-def replace_section(path: str, body: str) -> None:
-    """Puts body between the BEGIN and END markers of the file (appending
+def replace_section(
+    path: str,
+    body: str,
+    begin: str = BEGIN,
+    end: str = END,
+    title: str = "## Side by side with Plasma, Ray and Vineyard",
+) -> None:
+    """Puts body between the begin and end markers of the file (appending
     a new section with the markers if the file has none)."""
     text = open(path).read() if os.path.exists(path) else ""
-    block = f"{BEGIN}\n{body}{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
+    block = f"{begin}\n{body}{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
         text = head + block + tail
     else:
-        title = "## Side by side with Plasma, Ray and Vineyard"
         text = f"{text.rstrip()}\n\n{title}\n\n{block}\n"
     with open(path, "w") as f:
         f.write(text)
