@@ -20,6 +20,7 @@ from . import errors, serialization
 from ._ids import ObjectID
 from .client import Client, Event, NotAvailable, Subscription, connect, default_client
 from .errors import (
+    ClusterUnavailable,
     Disconnected,
     FerroplasmaError,
     ForkedClient,
@@ -39,6 +40,7 @@ from .store import StoreProcess, start_store
 
 __all__ = [
     "Client",
+    "ClusterUnavailable",
     "Disconnected",
     "Event",
     "FerroplasmaError",

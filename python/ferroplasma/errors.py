@@ -8,6 +8,7 @@ it resembles, so ``except KeyError`` catches a missing object and
 from __future__ import annotations
 
 __all__ = [
+    "ClusterUnavailable",
     "Disconnected",
     "FerroplasmaError",
     "ForkedClient",
@@ -15,7 +16,6 @@ __all__ = [
     "InvalidRequest",
     "ObjectExists",
     "ObjectLost",
-    "ClusterUnavailable",
     "ObjectNotFound",
     "ObjectNotHeld",
     "ObjectTooLarge",

@@ -37,6 +37,10 @@ struct Member {
 
 impl Member {
     fn start(addr: &str, peers: &[&str], token: &str) -> Self {
+        Self::start_in(None, addr, peers, token)
+    }
+
+    fn start_in(netns: Option<&str>, addr: &str, peers: &[&str], token: &str) -> Self {
         let mut args = vec![
             "--cluster-listen",
             addr,
@@ -52,7 +56,7 @@ impl Member {
             args.extend(["--peers", &joined]);
         }
         Member {
-            store: TestStore::start_with("64MiB", &args),
+            store: TestStore::start_in(netns, "64MiB", &args),
             addr: addr.into(),
         }
     }
@@ -373,4 +377,112 @@ fn bad_cluster_flags_are_refused_with_a_clear_error() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--advertise"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three network namespaces on one bridge (removed on drop), when this
+/// machine allows it (root, iproute2); `None` otherwise.
+struct Namespaces {
+    names: Vec<String>,
+    bridge: String,
+}
+
+impl Namespaces {
+    fn create(n: usize) -> Option<Self> {
+        let tag = std::process::id() % 100_000;
+        let bridge = format!("fpbr{tag}");
+        let names: Vec<String> = (0..n).map(|i| format!("fp-t{tag}-{i}")).collect();
+        let net = Namespaces { names, bridge };
+        let subnet = 10 + tag % 200;
+        let mut script = format!(
+            "ip link add {b} type bridge && ip link set {b} up",
+            b = net.bridge
+        );
+        for (i, ns) in net.names.iter().enumerate() {
+            script += &format!(
+                " && ip netns add {ns} && ip link add fpv{tag}{i} type veth peer name fpi{tag}{i} \
+                 && ip link set fpi{tag}{i} netns {ns} && ip link set fpv{tag}{i} master {b} \
+                 && ip link set fpv{tag}{i} up && ip -n {ns} addr add 10.233.{subnet}.{h}/24 dev fpi{tag}{i} \
+                 && ip -n {ns} link set fpi{tag}{i} up && ip -n {ns} link set lo up",
+                b = net.bridge,
+                h = i + 1
+            );
+        }
+        let ok = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return None; // net's Drop cleans up what was made
+        }
+        Some(net)
+    }
+
+    fn addr(&self, i: usize) -> String {
+        let tag = std::process::id() % 100_000;
+        format!("10.233.{}.{}:7400", 10 + tag % 200, i + 1)
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        let mut script = format!("ip link del {} 2>/dev/null;", self.bridge);
+        for ns in &self.names {
+            script += &format!(" ip netns del {ns} 2>/dev/null;");
+        }
+        let _ = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .status();
+    }
+}
+
+#[test]
+fn members_in_separate_network_namespaces() {
+    let Some(net) = Namespaces::create(3) else {
+        eprintln!("skipped: cannot create network namespaces here (needs root and iproute2)");
+        return;
+    };
+    let addrs: Vec<String> = (0..3).map(|i| net.addr(i)).collect();
+    let mut m: Vec<Member> = (0..3)
+        .map(|i| {
+            let peers: Vec<&str> = addrs
+                .iter()
+                .filter(|p| **p != addrs[i])
+                .map(String::as_str)
+                .collect();
+            Member::start_in(Some(&net.names[i]), &addrs[i], &peers, TOKEN)
+        })
+        .collect();
+    for x in &m {
+        eventually(
+            "members see each other across namespaces",
+            Duration::from_secs(15),
+            || x.alive_members() == 3,
+        );
+    }
+    let (a, b, c) = (m[0].client(), m[1].client(), m[2].client());
+    let ids: Vec<ObjectId> = (0..10).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        put(&a, *id, 300_000);
+    }
+    for id in &ids {
+        check(&b, *id, 300_000, Duration::from_secs(10));
+    }
+    let only_c = ObjectId::random();
+    put(&c, only_c, 1000);
+    eventually("registered", Duration::from_secs(5), || {
+        a.contains_in(&[only_c], true).unwrap()[0]
+    });
+    drop(c);
+    let mut dead = m.pop().unwrap();
+    let mut child = dead.store.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    match a.get(&[only_c], Some(Duration::from_secs(30))) {
+        Err(ClientError::ObjectLost { .. }) => {}
+        other => panic!("expected ObjectLost, got {other:?}"),
+    }
+    check(&a, ids[0], 300_000, Duration::from_secs(5));
+    drop(m);
+    drop(net);
 }

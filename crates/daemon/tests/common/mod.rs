@@ -44,9 +44,23 @@ impl TestStore {
     }
 
     pub fn start_with(memory: &str, extra: &[&str]) -> Self {
+        Self::start_in(None, memory, extra)
+    }
+
+    /// Starts the store inside network namespace `netns` (with `ip netns
+    /// exec`, which execs the store: the child is the store itself).
+    pub fn start_in(netns: Option<&str>, memory: &str, extra: &[&str]) -> Self {
         let dir = temp_dir("store");
         let socket = dir.join("store.sock");
-        let child = Command::new(bin())
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, bin()]);
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let child = cmd
             .args(["store", "--memory", memory, "--socket"])
             .arg(&socket)
             .args(extra)

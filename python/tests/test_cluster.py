@@ -1,0 +1,114 @@
+"""Three real stores joined into a cluster over loopback, used from Python:
+zero-copy arrays fetched from another member, cluster-wide queries, and
+ObjectLost when a member dies."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+
+import numpy as np
+import pytest
+
+import ferroplasma as fp
+
+from conftest import eventually
+
+TOKEN = "py-test-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def cluster():
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    with contextlib.ExitStack() as stack:
+        stores = [
+            stack.enter_context(
+                fp.start_store(
+                    "64MiB",
+                    cluster_listen=a,
+                    peers=",".join(p for p in addrs if p != a),
+                    cluster_token=TOKEN,
+                    heartbeat_interval="100ms",
+                    peer_timeout="1s",
+                )
+            )
+            for a in addrs
+        ]
+        clients = [s.connect() for s in stores]
+        for c in clients:
+            eventually(
+                lambda c=c: sum(
+                    m["health"] in ("this", "alive") for m in c.cluster_status()["members"]
+                )
+                == 3,
+                what="every member sees every other",
+            )
+        yield stores, clients, addrs
+
+
+def test_an_array_put_on_one_member_is_a_zero_copy_view_on_another(cluster):
+    _, (a, b, c), addrs = cluster
+    arr = np.arange(1_000_000, dtype=np.float64)
+    oid = a.put(arr)
+    eventually(lambda: c.contains(oid, cluster=True), what="registered")
+    assert not c.contains(oid)
+    got = b.get(oid, timeout=10)
+    np.testing.assert_array_equal(got, arr)
+    assert not got.flags.writeable, "a view of the (immutable) shared memory"
+    assert not got.flags.owndata
+    assert b.cluster_status()["fetches"] == 1
+    again = b.get(oid, timeout=10)
+    np.testing.assert_array_equal(again, arr)
+    assert b.cluster_status()["fetches"] == 1, "the second get is served locally"
+    info = a.list(cluster=True)[oid]
+    assert info["cached"] is False
+    assert sorted(info["members"]) == sorted(addrs[:2])
+    assert b.list()[oid]["cached"] is True
+    # Ordinary Python objects travel too.
+    oid2 = c.put({"k": [1, 2, 3]})
+    assert a.get(oid2, timeout=10) == {"k": [1, 2, 3]}
+
+
+def test_ids_are_unique_and_delete_is_cluster_wide(cluster):
+    _, (a, b, c), _ = cluster
+    oid = a.put(b"first")
+    with pytest.raises(fp.ObjectExists):
+        b.put(b"second", object_id=oid)
+    assert c.get(oid, timeout=10) == b"first"
+    assert c.delete(oid) == ["deleted"]
+    assert not any(x.contains(oid, cluster=True) for x in (a, b, c))
+    b.put(b"second", object_id=oid)
+    assert a.get(oid, timeout=10) == b"second"
+
+
+def test_objects_of_a_dead_member_raise_object_lost(cluster):
+    stores, (a, b, c), _ = cluster
+    mine = [c.put(np.full(1000, i)) for i in range(10)]
+    others = [b.put(np.full(1000, i)) for i in range(10)]
+    eventually(lambda: all(a.contains(mine, cluster=True)), what="registered")
+    stores[2].process.kill()
+    stores[2].process.wait()
+    t0 = time.monotonic()
+    for oid in mine:
+        with pytest.raises(fp.ObjectLost):
+            a.get(oid, timeout=30)
+    assert time.monotonic() - t0 < 10, "detected in seconds, no 30 s hang"
+    for i, oid in enumerate(others):
+        np.testing.assert_array_equal(a.get(oid, timeout=10), np.full(1000, i))
+    health = {m["address"]: m["health"] for m in a.cluster_status()["members"]}
+    assert sorted(health.values()) == ["alive", "dead", "this"]
+
+
+def test_a_lone_store_reports_no_cluster(client):
+    assert client.cluster_status()["enabled"] is False
+    oid = client.put(b"x")
+    # cluster=True on a lone store answers for the store itself.
+    assert client.contains(oid, cluster=True)
+    assert client.list(cluster=True)[oid]["members"] == [""]
