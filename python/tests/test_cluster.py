@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import ferroplasma as fp
-
 from conftest import eventually
 
 TOKEN = "py-test-token"
