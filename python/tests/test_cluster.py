@@ -43,10 +43,10 @@ def cluster():
         clients = [s.connect() for s in stores]
         for c in clients:
             eventually(
-                lambda c=c: sum(
-                    m["health"] in ("this", "alive") for m in c.cluster_status()["members"]
-                )
-                == 3,
+                lambda c=c: (
+                    sum(m["health"] in ("this", "alive") for m in c.cluster_status()["members"])
+                    == 3
+                ),
                 what="every member sees every other",
             )
         yield stores, clients, addrs
