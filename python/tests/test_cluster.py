@@ -35,7 +35,7 @@ def cluster():
                     peers=",".join(p for p in addrs if p != a),
                     cluster_token=TOKEN,
                     heartbeat_interval="100ms",
-                    peer_timeout="1s",
+                    peer_timeout="2s",
                 )
             )
             for a in addrs

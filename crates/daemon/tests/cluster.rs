@@ -49,7 +49,7 @@ impl Member {
             "--heartbeat-interval",
             "100ms",
             "--peer-timeout",
-            "1s",
+            "2s",
         ];
         let joined = peers.join(",");
         if !peers.is_empty() {
