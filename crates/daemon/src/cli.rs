@@ -163,9 +163,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     Ok(ferroplasma_client::MemberHealth::Dead) => "DEAD",
                     _ => "unknown",
                 };
-                let heard = match m.health {
-                    h if h == ferroplasma_client::MemberHealth::ThisMember as i32 => "-".into(),
-                    _ if m.last_seen_ms == 0 => "never".into(),
+                let heard = match health {
+                    "this" => "-".into(),
+                    "unknown" => "never".into(),
                     _ => format!("{:.1} s ago", m.last_seen_ms as f64 / 1000.0),
                 };
                 println!(

@@ -384,7 +384,8 @@ impl Connection {
             B::Create(c) => {
                 let id = parse_id(&c.object_id)?;
                 check_inline("metadata", c.metadata.len())?;
-                if self.claim_first(rid, id, B::Create(c.clone())) {
+                if self.needs_claim(&id) {
+                    self.start_claim(rid, id, B::Create(c));
                     return Ok(None);
                 }
                 self.create(rid, id, c, false)
@@ -393,7 +394,8 @@ impl Connection {
                 let id = parse_id(&c.object_id)?;
                 check_inline("data", c.data.len())?;
                 check_inline("metadata", c.metadata.len())?;
-                if self.claim_first(rid, id, B::CreateAndSeal(c.clone())) {
+                if self.needs_claim(&id) {
+                    self.start_claim(rid, id, B::CreateAndSeal(c));
                     return Ok(None);
                 }
                 self.create_and_seal(id, c)
@@ -496,16 +498,19 @@ impl Connection {
         }
     }
 
-    /// In a cluster, a create first claims its id cluster-wide: returns true
-    /// when the claim was started (the create resumes in `on_completion`).
-    /// An id taken locally is refused at once, with no round trip.
-    fn claim_first(&mut self, rid: u64, id: ObjectId, request: request::Body) -> bool {
+    /// In a cluster, a create first claims its id cluster-wide (the create
+    /// resumes in `on_completion`); an id taken locally needs no round trip
+    /// to be refused. A lone store never claims.
+    fn needs_claim(&self, id: &ObjectId) -> bool {
+        self.cluster.is_some() && !self.shared.lock().store.exists(id)
+    }
+
+    /// Claims `id` cluster-wide, then resumes `request` (Create or
+    /// CreateAndSeal) in `on_completion`.
+    fn start_claim(&self, rid: u64, id: ObjectId, request: request::Body) {
         let Some(cl) = self.cluster.clone() else {
-            return false;
+            return;
         };
-        if self.shared.lock().store.exists(&id) {
-            return false;
-        }
         let tx = self.done_tx.clone();
         tokio::spawn(async move {
             let result = match cl.claim(id).await {
@@ -523,7 +528,6 @@ impl Connection {
                 result,
             });
         });
-        true
     }
 
     /// Runs a cluster operation and answers request `rid` with its result.
@@ -560,12 +564,9 @@ impl Connection {
             },
             Completion::Claimed {
                 request_id,
-                request,
                 result: Err(e),
-            } => {
-                let _ = request;
-                self.push_reply(request_id, reply::Body::Error(e));
-            }
+                ..
+            } => self.push_reply(request_id, reply::Body::Error(e)),
             Completion::Claimed {
                 request_id: rid,
                 request,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestStore;
+use common::{content, TestStore};
 use ferroplasma_client::{Client, ClientError, DeleteStatus, MemberHealth, ObjectId};
 use std::time::{Duration, Instant};
 
@@ -16,18 +16,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn content(id: ObjectId, len: usize) -> Vec<u8> {
-    let mut x = u64::from_le_bytes(id.0[..8].try_into().unwrap()) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 struct Member {
@@ -485,4 +473,76 @@ fn members_in_separate_network_namespaces() {
     check(&a, ids[0], 300_000, Duration::from_secs(5));
     drop(m);
     drop(net);
+}
+
+#[test]
+fn bulk_connections_without_the_token_get_nothing() {
+    use std::io::{Read, Write};
+    let m = cluster(2);
+    let id = ObjectId::random();
+    put(&m[0].client(), id, 1000);
+    let st = m[1].client().cluster_status().unwrap();
+    let data = &st
+        .members
+        .iter()
+        .find(|x| x.addr == m[0].addr)
+        .unwrap()
+        .data_addr;
+    for hello in [
+        b"FPB1\x05\x00wrong".to_vec(),
+        b"GET / HTTP/1.0\r\n\r\n".to_vec(),
+    ] {
+        let mut s = std::net::TcpStream::connect(data).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&hello).unwrap();
+        let _ = s.write_all(id.as_bytes());
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        assert!(got.is_empty(), "{} bytes sent to a stranger", got.len());
+    }
+    // The member is unharmed.
+    check(&m[1].client(), id, 1000, Duration::from_secs(10));
+}
+
+#[test]
+fn the_cluster_commands_show_members_and_copies() {
+    let m = cluster(2);
+    let id = ObjectId::random();
+    put(&m[0].client(), id, 1000);
+    check(&m[1].client(), id, 1000, Duration::from_secs(10));
+    let run = |args: &[&str], sock: &std::path::Path| {
+        let out = std::process::Command::new(common::bin())
+            .args(args)
+            .arg("--socket")
+            .arg(sock)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let status = run(&["cluster", "status"], m[1].store.path());
+    assert!(
+        status.contains(&m[0].addr) && status.contains(&m[1].addr),
+        "{status}"
+    );
+    assert!(
+        status.contains("alive") && status.contains("this"),
+        "{status}"
+    );
+    assert!(status.contains("pulled 1 objects"), "{status}");
+    let list = run(&["list", "--cluster"], m[0].store.path());
+    let rows: Vec<&str> = list.lines().filter(|l| l.contains(&id.to_hex())).collect();
+    assert_eq!(rows.len(), 2, "{list}");
+    assert_eq!(
+        rows.iter().filter(|l| l.contains("(cached copy)")).count(),
+        1,
+        "{list}"
+    );
+    let lone = TestStore::start("8MiB");
+    let out = run(&["cluster", "status"], lone.path());
+    assert!(out.contains("not in a cluster"), "{out}");
 }

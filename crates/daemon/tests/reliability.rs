@@ -3,24 +3,11 @@
 
 mod common;
 
-use common::{temp_dir, TestStore};
+use common::{content, temp_dir, TestStore};
 use ferroplasma_client::{Client, ClientError, ObjectId};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Bytes derived from the id, so a reader can check what it got.
-fn content(id: ObjectId, len: usize) -> Vec<u8> {
-    let mut x = u64::from_le_bytes(id.0[..8].try_into().unwrap()) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn spill_files(dir: &Path) -> usize {
     std::fs::read_dir(dir)

@@ -67,7 +67,7 @@ async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin
     for (target, ops) in ops {
         let c = cluster.clone();
         tasks.spawn(async move {
-            let r = c.update_at(&target, ops, rejoin).await;
+            let r = c.update_at(&target, &c.me, ops, rejoin).await;
             (target, r)
         });
     }

@@ -151,8 +151,9 @@ impl Cluster {
                             metadata_size: 0,
                         };
                         for t in self.targets(&id) {
-                            if t == self.me {
-                                self.apply_update(name, std::slice::from_ref(&op), false);
+                            let ops = vec![op.clone()];
+                            if let Err(e) = self.update_at(&t, name, ops, false).await {
+                                tracing::debug!(member = %t, error = %e, "directory correction not delivered");
                             }
                         }
                     }

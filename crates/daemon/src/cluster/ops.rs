@@ -91,18 +91,21 @@ impl Cluster {
         }
     }
 
-    /// Applies `ops` (by this member) at `target`; returns the refused ids.
+    /// Applies `ops` about `node`'s copies at `target`; returns the refused
+    /// ids. `node` is this member, except when correcting the directory
+    /// about a holder that turned out not to have its copy.
     pub(super) async fn update_at(
         &self,
         target: &str,
+        node: &str,
         ops: Vec<pb::Op>,
         rejoin: bool,
     ) -> Result<Vec<ObjectId>, tonic::Status> {
         if target == self.me {
-            return Ok(self.apply_update(&self.me, &ops, rejoin));
+            return Ok(self.apply_update(node, &ops, rejoin));
         }
         let msg = pb::UpdateRequest {
-            node: self.me.clone(),
+            node: node.to_string(),
             ops,
             rejoin,
         };
@@ -248,10 +251,7 @@ impl Cluster {
         for (t, idx) in by_target {
             let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
             let entries = if t == self.me {
-                let mut d = lock(&self.directory);
-                want.iter()
-                    .map(|id| entry_pb(d.forget(id).as_ref()))
-                    .collect()
+                self.forget_local(&want)
             } else {
                 let msg = pb::ForgetRequest {
                     object_ids: pack_ids(&want),
@@ -309,6 +309,19 @@ impl Cluster {
             }
         }
         Ok(status)
+    }
+
+    /// Removes this member's directory entries of deleted objects; returns
+    /// what they held.
+    pub(super) fn forget_local(&self, ids: &[ObjectId]) -> Vec<pb::Entry> {
+        let entries = {
+            let mut d = lock(&self.directory);
+            ids.iter()
+                .map(|id| entry_pb(d.forget(id).as_ref()))
+                .collect()
+        };
+        self.directory_changed.notify_waiters();
+        entries
     }
 
     /// Deletes this member's copies; a `DeleteStatus` per id.

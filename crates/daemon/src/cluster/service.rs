@@ -132,14 +132,9 @@ impl Peer for Service {
         req: Request<pb::ForgetRequest>,
     ) -> Result<Response<pb::LookupReply>, Status> {
         let ids = ids(&req.into_inner().object_ids)?;
-        let entries = {
-            let mut d = super::lock(&self.0.directory);
-            ids.iter()
-                .map(|id| super::ops::entry_pb(d.forget(id).as_ref()))
-                .collect()
-        };
-        self.0.directory_changed.notify_waiters();
-        Ok(Response::new(pb::LookupReply { entries }))
+        Ok(Response::new(pb::LookupReply {
+            entries: self.0.forget_local(&ids),
+        }))
     }
 
     async fn drop_copies(

@@ -123,3 +123,16 @@ impl Drop for TestStore {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Bytes derived from the id (xorshift), so a reader can check what it got.
+pub fn content(id: ferroplasma_client::ObjectId, len: usize) -> Vec<u8> {
+    let mut x = u64::from_le_bytes(id.0[..8].try_into().unwrap()) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
