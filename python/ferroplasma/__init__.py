@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import errors, serialization
+from . import errors, scan, serialization
 from ._ids import ObjectID
 from .client import Client, Event, NotAvailable, Subscription, connect, default_client
 from .errors import (
@@ -64,6 +64,7 @@ __all__ = [
     "errors",
     "get",
     "put",
+    "scan",
     "serialization",
     "start_store",
 ]

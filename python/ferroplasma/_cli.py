@@ -1,5 +1,6 @@
 """The ``ferroplasma`` console script: the store and its commands, from the
-native module (so ``pip install ferroplasma`` alone gives a working store)."""
+native module (so ``pip install ferroplasma`` alone gives a working store),
+and the commands written in Python (``scan-server``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import sys
 
 def main() -> None:
     """Runs ``ferroplasma`` with the process's arguments."""
+    args = sys.argv[1:]
+    if args and args[0] == "scan-server":
+        from .scan.cli import main as scan_server
+
+        sys.exit(scan_server(args[1:]))
     from . import _native
 
-    sys.exit(_native.run_cli(["ferroplasma", *sys.argv[1:]]))
+    sys.exit(_native.run_cli(["ferroplasma", *args]))
 
 
 if __name__ == "__main__":

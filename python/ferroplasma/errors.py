@@ -8,7 +8,9 @@ it resembles, so ``except KeyError`` catches a missing object and
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "ClusterUnavailable",
+    "DatasetNotFound",
     "Disconnected",
     "FerroplasmaError",
     "ForkedClient",
@@ -20,6 +22,9 @@ __all__ = [
     "ObjectNotHeld",
     "ObjectTooLarge",
     "ProtocolError",
+    "QueryError",
+    "ScanError",
+    "ScanServerUnavailable",
     "SerializationError",
     "StoreFull",
     "StoreUnavailable",
@@ -88,3 +93,24 @@ class ClusterUnavailable(FerroplasmaError, ConnectionError):
 
 class SerializationError(FerroplasmaError, ValueError):
     """The object's bytes are not in ferroplasma's serialization format."""
+
+
+class ScanError(FerroplasmaError):
+    """Base class of the errors a scan server (``ferroplasma.scan``) reports."""
+
+
+class QueryError(ScanError, ValueError):
+    """The SQL is not one SELECT statement, or DuckDB rejected or failed it
+    (the message is DuckDB's)."""
+
+
+class DatasetNotFound(ScanError, FileNotFoundError):
+    """No dataset with this name under the scan server's root."""
+
+
+class AccessDenied(ScanError, PermissionError):
+    """A dataset path outside the server's root, or a wrong token."""
+
+
+class ScanServerUnavailable(ScanError, ConnectionError):
+    """No scan server answers at the address, or the connection broke."""

@@ -8,7 +8,8 @@ data). The layout (all integers little-endian, every region 64-byte aligned)::
     0       4     magic b"FPSO"
     4       1     format version (1)
     5       1     kind: 0 = pickle protocol 5, 1 = Arrow IPC stream of a
-                  Table, 2 = Arrow IPC stream of a RecordBatch
+                  Table, 2 = Arrow IPC stream of a RecordBatch, 3 = the
+                  buffers of a RecordBatch (see below)
     6       2     reserved (0)
     8       4     n = number of out-of-band buffers
     12      4     reserved (0)
@@ -22,7 +23,11 @@ A pickle payload is loaded with ``pickle.loads(payload, buffers=[...])``
 where each buffer is a read-only ``memoryview`` of shared memory: numpy
 arrays, pandas blocks and Arrow buffers become views of the store. A
 top-level ``pyarrow.Table`` or ``RecordBatch`` is stored as a plain Arrow IPC
-stream, so any Arrow implementation can read it from the store. An object
+stream, so any Arrow implementation can read it from the store. Kind 3 is
+what a scan (``ferroplasma.scan``) lands in the store: the payload is the
+schema, row count and buffer descriptor of :mod:`ferroplasma.arrow_layout`,
+and the out-of-band buffers are the batch's Arrow buffers, each 64-byte
+aligned, so the receiver can write them straight from the network. An object
 without the magic (made with ``create``/``seal``) comes back as a read-only
 ``memoryview`` of its bytes.
 """
@@ -37,6 +42,7 @@ import struct
 import sys
 from typing import Any, Callable, ClassVar
 
+from . import arrow_layout
 from .errors import SerializationError
 
 __all__ = ["MAGIC", "VERSION", "plan", "read", "write"]
@@ -46,6 +52,7 @@ VERSION = 1
 KIND_PICKLE = 0
 KIND_ARROW_TABLE = 1
 KIND_ARROW_BATCH = 2
+KIND_ARROW_BUFFERS = 3
 
 _HEAD = struct.Struct("<4sBBHIIQQ")
 _ENTRY = struct.Struct("<QQ")
@@ -149,6 +156,17 @@ def _arrow_plan(obj: Any, kind: int) -> Plan:
     return Plan(start + size, fill)
 
 
+def batch_layout(meta: bytes, buffer_sizes: list[int]) -> tuple[bytes, int, list[int], int]:
+    """Where the parts of a kind-3 object go: (header, offset of ``meta``,
+    offset of each buffer, total size). ``meta`` is
+    :func:`arrow_layout.pack_meta`'s output; write the header at 0, ``meta``
+    at its offset and each buffer at its own."""
+    payload_at = _align(_HEAD.size + _ENTRY.size * len(buffer_sizes))
+    offsets, end = arrow_layout.place(buffer_sizes, _align(payload_at + len(meta)))
+    head = _header(KIND_ARROW_BUFFERS, (payload_at, len(meta)), list(zip(offsets, buffer_sizes)))
+    return head, payload_at, offsets, max(end, payload_at + len(meta))
+
+
 def plan(obj: Any) -> Plan:
     """Serializes ``obj`` as far as possible without copying its large
     buffers, and says how much room it needs in the store."""
@@ -212,12 +230,15 @@ def read(data: Any) -> Any:
     if end > mv.nbytes or p_off + p_len > mv.nbytes:
         raise SerializationError("corrupt object header (offsets past the end)")
     payload = mv[p_off : p_off + p_len]
-    if kind == KIND_PICKLE:
+    if kind in (KIND_PICKLE, KIND_ARROW_BUFFERS):
         table = mv[_HEAD.size : end].cast("Q").tolist() if n else []
         offs, lens = table[0::2], table[1::2]
         if n and max(o + ln for o, ln in zip(offs, lens)) > mv.nbytes:
             raise SerializationError("corrupt object header (buffer past the end)")
         bufs = [mv[o : o + ln] for o, ln in zip(offs, lens)]
+        if kind == KIND_ARROW_BUFFERS:
+            schema, rows, desc = arrow_layout.unpack_meta(payload)
+            return arrow_layout.rebuild(schema, rows, desc, bufs)
         return pickle.loads(payload, buffers=bufs)
     if kind in (KIND_ARROW_TABLE, KIND_ARROW_BATCH):
         import pyarrow as pa

@@ -14,7 +14,13 @@ use std::path::PathBuf;
 /// Start a store with `ferroplasma store`; clients find it through
 /// $FERROPLASMA_SOCKET or /tmp/ferroplasma.sock.
 #[derive(Debug, Parser)]
-#[command(name = "ferroplasma", version, propagate_version = true)]
+#[command(
+    name = "ferroplasma",
+    version,
+    propagate_version = true,
+    after_help = "Commands of the Python package's `ferroplasma` (pip install ferroplasma):\n  \
+                  scan-server  Serve SQL over Parquet/CSV datasets to `fp.scan` clients (docs/scan.md)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
