@@ -245,6 +245,35 @@ def test_a_client_that_dies_mid_scan_frees_its_scan(server, scan):
     )
 
 
+def test_closing_a_scan_early_frees_it_on_the_server(scan):
+    sql = "SELECT * FROM dataset"
+    with scan.open(sql, "big.parquet", batch_rows=1000) as s:
+        assert s.schema.names == ["k", "v", "s"]
+    assert scan.status()["scans"] == 0
+    s = scan.open(sql, "big.parquet", batch_rows=1000)
+    first = next(iter(s))
+    s.close()
+    eventually(lambda: scan.status()["scans"] == 0, what="the scan freed")
+    assert first.num_rows == 1000 and first.column(0)[999].as_py() == 999
+
+
+def test_a_materialized_scan_via_the_store_deletes_what_it_never_sent(root):
+    with fp.start_store("256MiB") as store:
+        client = store.connect()
+        with fp.scan.ScanServer("127.0.0.1:0", root, store_socket=store.socket).start() as srv:
+            with fp.scan.connect(srv.address) as scan:
+                sql = "SELECT k, s FROM dataset"
+                s = scan.open(
+                    sql, "big.parquet", into_store=client, batch_rows=10_000, materialize=True
+                )
+                assert s.via_store
+                assert len(client.list()) >= 30  # all placed before the first id moved
+                first = next(iter(s))
+                s.close()
+                eventually(lambda: set(client.list()) == {first}, what="unsent batches deleted")
+                assert client.get(first).num_rows == 10_000
+
+
 @pytest.mark.parametrize(
     "sql, dataset, error, words",
     [

@@ -20,8 +20,8 @@ See docs/scan.md for the protocol and the transport interface.
 
 from __future__ import annotations
 
-from .client import ScanClient, connect
+from .client import Scan, ScanClient, connect
 from .server import ScanServer
 from .transport import TcpTransport, Transport
 
-__all__ = ["ScanClient", "ScanServer", "TcpTransport", "Transport", "connect"]
+__all__ = ["Scan", "ScanClient", "ScanServer", "TcpTransport", "Transport", "connect"]

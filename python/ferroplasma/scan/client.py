@@ -14,6 +14,7 @@ from .._ids import ObjectID
 from ..errors import (
     AccessDenied,
     DatasetNotFound,
+    FerroplasmaError,
     ProtocolError,
     QueryError,
     ScanError,
@@ -22,7 +23,7 @@ from ..errors import (
 from . import wire
 from .transport import Transport, tcp_connect
 
-__all__ = ["ScanClient", "connect"]
+__all__ = ["Scan", "ScanClient", "connect"]
 
 _ERRORS: dict[str, type[Exception]] = {
     "auth": AccessDenied,
@@ -129,6 +130,40 @@ class ScanClient:
         >>> sql = "SELECT a, b FROM dataset WHERE c > 3"
         >>> table = scan.query(sql, "t.parquet").read_all()      # doctest: +SKIP
         """
+        s = self.open(
+            sql,
+            dataset,
+            into_store=into_store,
+            batch_rows=batch_rows,
+            materialize=materialize,
+            wire_format=wire_format,
+        )
+        if into_store is None:
+            return s.reader()
+        ids: list[ObjectID] = []
+        try:
+            with s:
+                ids.extend(s)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                into_store.delete(ids)  # no half results left in the store
+            raise
+        return ids
+
+    def open(
+        self,
+        sql: str,
+        dataset: str,
+        *,
+        into_store: Any = None,
+        batch_rows: int | None = None,
+        materialize: bool = False,
+        wire_format: str = "buffers",
+    ) -> Scan:
+        """Starts a scan (``init_scan``) and returns it before any batch
+        moves: iterate the :class:`Scan` for the batches (ObjectIDs with
+        ``into_store``), :meth:`Scan.close` to stop early. Arguments as for
+        :meth:`query`."""
         import pyarrow as pa
 
         t = self._connection()
@@ -168,10 +203,7 @@ class ScanClient:
             if probe is not None:
                 with contextlib.suppress(Exception):
                     into_store.delete(probe)
-        stream = _Stream(self, t, fields["scan"], schema, into_store)
-        if into_store is not None:
-            return list(stream)
-        return pa.RecordBatchReader.from_batches(schema, iter(stream))
+        return Scan(self, t, fields["scan"], schema, into_store, bool(fields.get("via_store")))
 
     def to_table(self, sql: str, dataset: str, **kwargs: Any) -> Any:
         """The whole result as a ``pyarrow.Table`` (its buffers are the
@@ -192,18 +224,56 @@ class ScanClient:
         return f"ScanClient({self.address!r})"
 
 
-class _Stream:
-    """One scan's batches (or ObjectIDs), received as they are asked for."""
+class Scan:
+    """One open scan: iterate it for its batches (``pyarrow.RecordBatch``
+    around the received buffers), or their ObjectIDs when it lands in a
+    store. Batches are asked for as they are consumed, two in flight."""
 
-    def __init__(self, owner: ScanClient, t: Transport, scan: int, schema: Any, store: Any):
+    def __init__(
+        self, owner: ScanClient, t: Transport, scan: int, schema: Any, store: Any, via_store: bool
+    ):
         self.owner = owner
         self.t = t
         self.scan = scan
-        self.schema = schema
+        self.schema = schema  #: the result's ``pyarrow.Schema``
+        self.via_store = via_store  #: True: the server placed the batches in the store
         self.schema_bytes = schema.serialize().to_pybytes()
         self.store = store
+        self._iter: Iterator[Any] | None = None
+        self._done = False
 
     def __iter__(self) -> Iterator[Any]:
+        if self._iter is None:
+            self._iter = self._run()
+        return self._iter
+
+    def reader(self) -> Any:
+        """The batches as a ``pyarrow.RecordBatchReader``."""
+        import pyarrow as pa
+
+        return pa.RecordBatchReader.from_batches(self.schema, iter(self))
+
+    def close(self) -> None:
+        """Ends the scan; the server frees it. Batches already received
+        stay valid."""
+        if self._iter is not None:
+            self._iter.close()  # type: ignore[attr-defined]  (runs _run's finally)
+        if not self._done:  # never started
+            self._done = True
+            try:
+                wire.send(self.t, wire.FINALIZE, {"scan": self.scan})
+                self._until_finalized()
+                self.owner._give_back(self.t)
+            except (OSError, ProtocolError):
+                self.t.close()
+
+    def __enter__(self) -> Scan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> Iterator[Any]:
         t = self.t
         in_flight = 0
         more = True
@@ -233,21 +303,42 @@ class _Stream:
             wire.send(t, wire.FINALIZE, {"scan": self.scan})
             self._until_finalized()
             clean = True
+        except GeneratorExit:
+            # Closed early. Ids in flight are cheap to drain, and their
+            # objects must not stay in the store unowned; batches in flight
+            # may be large, so the connection is dropped instead.
+            clean = self.via_store and self._finalize_draining_ids()
+            raise
         except OSError as e:
             raise ScanServerUnavailable(f"scan server {self.owner.address} hung up: {e}") from None
         finally:
+            self._done = True
             if clean:
                 self.owner._give_back(t)
             else:
-                # Stopped early or failed: the connection's state is unknown,
-                # so close it; the server frees the scan when it sees that.
+                # The connection's state is unknown: close it; the server
+                # frees the scan (and what it placed but never sent).
                 t.close()
 
-    def _until_finalized(self) -> None:
+    def _finalize_draining_ids(self) -> bool:
+        try:
+            wire.send(self.t, wire.FINALIZE, {"scan": self.scan})
+            unread = self._until_finalized()
+            if unread:
+                self.store.delete(unread)
+            return True
+        except (OSError, FerroplasmaError):
+            return False
+
+    def _until_finalized(self) -> list[ObjectID]:
+        """Reads up to FINALIZED, dropping batches; the ids it passed."""
+        ids = []
         while True:
-            kind, _, body_len = wire.recv(self.t)
+            kind, f, body_len = wire.recv(self.t)
             if kind == wire.FINALIZED:
-                return
+                return ids
+            if kind == wire.IDS:
+                ids.append(ObjectID.from_hex(f["id"]))
             wire.skip(self.t, body_len)
 
     def _batch(self, f: dict[str, Any], body_len: int) -> Any:

@@ -12,6 +12,8 @@ answered with an ERROR frame and the connection carries on.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hmac
 import itertools
 import logging
@@ -47,26 +49,62 @@ def _code(e: Exception) -> str:
     return "scan"
 
 
+class _Stored:
+    """A batch the server placed in the local store."""
+
+    __slots__ = ("id", "nbytes", "rows")
+
+    def __init__(self, oid: ObjectID, rows: int, nbytes: int) -> None:
+        self.id, self.rows, self.nbytes = oid, rows, nbytes
+
+
 class _Scan:
-    """One query's result, read batch by batch."""
+    """One query's result, batch by batch: RecordBatches, or (for a client
+    sharing this host's store) batches already placed in the store.
+    ``materialize`` runs the query to the end first (placing every batch in
+    the store, when it goes there)."""
 
     def __init__(
-        self, con: Any, rel: Any, batch_rows: int, materialize: bool, wire: str, via_store: bool
+        self, con: Any, rel: Any, batch_rows: int, materialize: bool, wire: str, store: Any
     ) -> None:
         self.con = con
         self.wire = wire
-        self.via_store = via_store
-        reader = rel.to_arrow_reader(batch_rows)
-        self.schema = reader.schema
-        self.batches: Any = iter(list(reader) if materialize else reader)
-        self.reader = reader
+        self.store = store
+        self._reader = rel.to_arrow_reader(batch_rows)
+        self.schema = self._reader.schema
+        self._ready: collections.deque = collections.deque()
+        if materialize:
+            while (item := self._produce()) is not None:
+                self._ready.append(item)
+            self._reader = None
+
+    @property
+    def via_store(self) -> bool:
+        return self.store is not None
+
+    def _produce(self) -> Any:
+        if self._reader is None:
+            return None
+        try:
+            batch = self._reader.read_next_batch()
+        except StopIteration:
+            return None
+        if self.store is None:
+            return batch
+        oid, nbytes = _put_batch(self.store, batch)
+        return _Stored(oid, batch.num_rows, nbytes)
 
     def next(self) -> Any:
-        return next(self.batches, None)
+        """The next batch (or _Stored), or None at the end."""
+        return self._ready.popleft() if self._ready else self._produce()
 
     def close(self) -> None:
-        self.batches = iter(())
-        self.reader = None
+        unsent = [item.id for item in self._ready if isinstance(item, _Stored)]
+        self._ready.clear()
+        if unsent:
+            with contextlib.suppress(FerroplasmaError):
+                self.store.delete(unsent)
+        self._reader = None
         self.con.close()
 
 
@@ -226,7 +264,7 @@ class ScanServer:
             scan = scans.get(scan_id)  # type: ignore[arg-type]
             if scan is None:
                 raise ScanError(f"no open scan {scan_id} on this connection")
-            self._iterate(t, scan_id, scan, f.get("batches", 1), store)  # type: ignore[arg-type]
+            self._iterate(t, scan_id, scan, f.get("batches", 1))  # type: ignore[arg-type]
         elif kind == wire.FINALIZE:
             scan = scans.pop(f.get("scan"), None)  # type: ignore[arg-type]
             if scan is not None:
@@ -250,7 +288,17 @@ class ScanServer:
         ds = engine.resolve(self.root, f.get("dataset"))  # type: ignore[arg-type]
         con, rel = engine.open_query(ds, f.get("sql"), self.threads)  # type: ignore[arg-type]
         try:
-            scan = _Scan(con, rel, rows, bool(f.get("materialize")), wire_mode, via_store)
+            scan = _Scan(
+                con,
+                rel,
+                rows,
+                bool(f.get("materialize")),
+                wire_mode,
+                store[0] if via_store else None,
+            )
+        except FerroplasmaError:
+            con.close()
+            raise
         except Exception as e:
             con.close()
             raise QueryError(str(e)) from None
@@ -276,7 +324,7 @@ class ScanServer:
         except (FerroplasmaError, ValueError):
             return False
 
-    def _iterate(self, t: Transport, scan_id: int, scan: _Scan, n: Any, store: list) -> None:
+    def _iterate(self, t: Transport, scan_id: int, scan: _Scan, n: Any) -> None:
         if not isinstance(n, int) or n < 1:
             raise ProtocolError("ITERATE asks for at least one batch")
         sent_bytes = 0
@@ -285,14 +333,16 @@ class ScanServer:
         for _ in range(n):
             try:
                 batch = scan.next()
+            except FerroplasmaError:
+                raise  # e.g. StoreFull from the local store
             except Exception as e:  # DuckDB failed mid-query (e.g. a bad cast)
                 raise QueryError(str(e)) from None
             if batch is None:
                 more = False
                 break
-            if scan.via_store:
-                oid, nbytes = _put_batch(store[0], batch)
-                wire.send(t, wire.IDS, {"scan": scan_id, "id": oid.hex(), "rows": batch.num_rows})
+            if isinstance(batch, _Stored):
+                nbytes = batch.nbytes
+                wire.send(t, wire.IDS, {"scan": scan_id, "id": batch.id.hex(), "rows": batch.rows})
             elif scan.wire == "ipc":
                 msg = batch.serialize()  # the baseline: one contiguous copy
                 nbytes = msg.size
