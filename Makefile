@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare bench-cluster stress clean
+.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare bench-cluster bench-scan stress clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,6 +57,10 @@ bench-cluster: build ## Seed 002 local vs remote gets across two network namespa
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench-cluster
 	target/release/ferroplasma-bench-cluster --json bench/results/cluster.json $(if $(QUICK),--reps 2 --max-total-mb 100,)
 	$(VENV)/bin/python bench/cluster_report.py bench/results/cluster.json --out docs
+
+bench-scan: build ## Seed 001 TPC-H column selectivity: scan vs serializing RPC vs Arrow Flight vs raw TCP (root); QUICK=1
+	$(VENV)/bin/python bench/scan_bench.py run --json bench/results/scan.json $(if $(QUICK),--reps 2,)
+	cd bench && ../$(VENV)/bin/python scan_report.py results/scan.json --out ../docs
 
 bench-python: build ## Seed 003 serialization and numpy put/get vs pickle and memcpy; plots into docs/img
 	$(VENV)/bin/python bench/python_serialization.py --out docs

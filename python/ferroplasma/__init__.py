@@ -20,7 +20,9 @@ from . import errors, scan, serialization
 from ._ids import ObjectID
 from .client import Client, Event, NotAvailable, Subscription, connect, default_client
 from .errors import (
+    AccessDenied,
     ClusterUnavailable,
+    DatasetNotFound,
     Disconnected,
     FerroplasmaError,
     ForkedClient,
@@ -32,6 +34,9 @@ from .errors import (
     ObjectNotHeld,
     ObjectTooLarge,
     ProtocolError,
+    QueryError,
+    ScanError,
+    ScanServerUnavailable,
     SerializationError,
     StoreFull,
     StoreUnavailable,
@@ -39,8 +44,10 @@ from .errors import (
 from .store import StoreProcess, start_store
 
 __all__ = [
+    "AccessDenied",
     "Client",
     "ClusterUnavailable",
+    "DatasetNotFound",
     "Disconnected",
     "Event",
     "FerroplasmaError",
@@ -55,6 +62,9 @@ __all__ = [
     "ObjectNotHeld",
     "ObjectTooLarge",
     "ProtocolError",
+    "QueryError",
+    "ScanError",
+    "ScanServerUnavailable",
     "SerializationError",
     "StoreFull",
     "StoreProcess",

@@ -33,8 +33,12 @@ _ERRORS: dict[str, type[Exception]] = {
     "protocol": ProtocolError,
 }
 # ITERATE requests kept in flight, so the server is producing the next batch
-# while this side receives the current one.
+# while this side receives the current one; each asks for up to _PER_ITERATE
+# batches or _ITERATE_BYTES bytes, whichever comes first (small batches then
+# cost one request per few MiB, not one each).
 _IN_FLIGHT = 2
+_PER_ITERATE = 64
+_ITERATE_BYTES = 8 << 20
 
 
 def _raise(fields: dict[str, Any]) -> None:
@@ -280,7 +284,7 @@ class Scan:
         clean = False
         try:
             for _ in range(_IN_FLIGHT):
-                wire.send(t, wire.ITERATE, {"scan": self.scan, "batches": 1})
+                self._ask()
                 in_flight += 1
             while in_flight:
                 kind, f, body_len = wire.recv(t)
@@ -294,7 +298,7 @@ class Scan:
                     in_flight -= 1
                     more = more and bool(f.get("more"))
                     if more:
-                        wire.send(t, wire.ITERATE, {"scan": self.scan, "batches": 1})
+                        self._ask()
                         in_flight += 1
                 elif kind == wire.ERROR:
                     _raise(f)
@@ -319,6 +323,13 @@ class Scan:
                 # The connection's state is unknown: close it; the server
                 # frees the scan (and what it placed but never sent).
                 t.close()
+
+    def _ask(self) -> None:
+        wire.send(
+            self.t,
+            wire.ITERATE,
+            {"scan": self.scan, "batches": _PER_ITERATE, "bytes": _ITERATE_BYTES},
+        )
 
     def _finalize_draining_ids(self) -> bool:
         try:

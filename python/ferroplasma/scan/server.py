@@ -264,7 +264,7 @@ class ScanServer:
             scan = scans.get(scan_id)  # type: ignore[arg-type]
             if scan is None:
                 raise ScanError(f"no open scan {scan_id} on this connection")
-            self._iterate(t, scan_id, scan, f.get("batches", 1))  # type: ignore[arg-type]
+            self._iterate(t, scan_id, scan, f.get("batches", 1), f.get("bytes"))  # type: ignore[arg-type]
         elif kind == wire.FINALIZE:
             scan = scans.pop(f.get("scan"), None)  # type: ignore[arg-type]
             if scan is not None:
@@ -324,13 +324,19 @@ class ScanServer:
         except (FerroplasmaError, ValueError):
             return False
 
-    def _iterate(self, t: Transport, scan_id: int, scan: _Scan, n: Any) -> None:
+    def _iterate(self, t: Transport, scan_id: int, scan: _Scan, n: Any, budget: Any) -> None:
+        """Sends up to ``n`` batches, stopping early once ``budget`` bytes
+        (if given) went out, then DONE."""
         if not isinstance(n, int) or n < 1:
             raise ProtocolError("ITERATE asks for at least one batch")
+        if budget is not None and (not isinstance(budget, int) or budget < 1):
+            raise ProtocolError("ITERATE's byte budget must be a positive integer")
         sent_bytes = 0
         sent = 0
         more = True
         for _ in range(n):
+            if budget is not None and sent_bytes >= budget:
+                break
             try:
                 batch = scan.next()
             except FerroplasmaError:

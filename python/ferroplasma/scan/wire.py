@@ -15,8 +15,9 @@ Client to server (no body):
     HELLO      {"version", "token"}              first frame of a connection
     INIT_SCAN  {"sql", "dataset", "batch_rows", "materialize", "wire",
                 "store_probe"}                    -> SCAN or ERROR
-    ITERATE    {"scan", "batches"}               -> up to that many BATCH (or
-                                                    IDS) frames, then DONE
+    ITERATE    {"scan", "batches", "bytes"}      -> up to that many BATCH (or
+                                                    IDS) frames, fewer once
+                                                    "bytes" went out; then DONE
     FINALIZE   {"scan"}                          -> FINALIZED
     STATUS     {}                                -> STATUS_REPLY
 
