@@ -167,6 +167,42 @@ def batch_layout(meta: bytes, buffer_sizes: list[int]) -> tuple[bytes, int, list
     return head, payload_at, offsets, max(end, payload_at + len(meta))
 
 
+def put_batch_object(
+    client: Any,
+    schema_bytes: bytes,
+    num_rows: int,
+    desc: list[int],
+    fill: Callable[[list[memoryview]], None],
+) -> tuple[Any, int]:
+    """Creates a kind-3 object in ``client``'s store for a batch laid out as
+    ``desc``, lets ``fill`` write the buffers into their places (one writable
+    view each, in order: copied from memory, or received from a socket),
+    then seals it. Returns (ObjectID, size). The object is aborted if
+    ``fill`` fails, so nothing half written stays in the store."""
+    import contextlib
+
+    from ._ids import ObjectID
+
+    meta = arrow_layout.pack_meta(schema_bytes, num_rows, desc)
+    sizes = arrow_layout.sizes(desc)
+    head, meta_at, offsets, total = batch_layout(meta, sizes)
+    oid = ObjectID.random()
+    buf = client.create(oid, total, wait=30.0)
+    try:
+        mv = memoryview(buf).cast("B")
+        mv[: len(head)] = head
+        mv[meta_at : meta_at + len(meta)] = meta
+        fill([mv[o : o + n] for o, n in zip(offsets, sizes)])
+        mv.release()
+        client.seal(oid)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the first error is the one to report
+            client.abort(oid)
+        raise
+    client.release(oid)
+    return oid, total
+
+
 def plan(obj: Any) -> Plan:
     """Serializes ``obj`` as far as possible without copying its large
     buffers, and says how much room it needs in the store."""

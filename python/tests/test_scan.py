@@ -314,6 +314,42 @@ def test_garbage_from_a_client_costs_only_its_connection(server, scan):
     )
 
 
+def test_bad_options_and_bad_frames_get_typed_answers(server, scan):
+    with pytest.raises(fp.errors.QueryError, match="batch_rows"):
+        scan.query("SELECT 1", "rows.parquet", batch_rows=0)
+    with pytest.raises(fp.errors.QueryError, match="wire format"):
+        scan.query("SELECT 1", "rows.parquet", wire_format="xml")
+    from ferroplasma.scan.transport import tcp_connect
+
+    t = tcp_connect(server, 10)
+    wire.send(t, wire.HELLO, {"version": 99, "token": ""})
+    kind, f, _ = wire.recv(t)
+    assert (kind, f["code"]) == (wire.ERROR, "protocol") and "version" in f["message"]
+    t.close()
+    t = tcp_connect(server, 10)
+    wire.send(t, wire.HELLO, {"version": wire.VERSION, "token": ""})
+    assert wire.recv(t)[0] == wire.READY
+    for fields, code in (
+        ({"scan": 12345, "batches": 1}, "scan"),  # no such scan
+        ({"scan": None}, "scan"),
+    ):
+        wire.send(t, wire.ITERATE, fields)
+        kind, f, _ = wire.recv(t)
+        assert (kind, f["code"]) == (wire.ERROR, code), f
+    wire.send(t, wire.INIT_SCAN, {"sql": "SELECT 1 AS x", "dataset": "rows.parquet"})
+    kind, f, body_len = wire.recv(t)
+    assert kind == wire.SCAN
+    wire.skip(t, body_len)
+    for bad in ({"batches": 0}, {"batches": 1, "bytes": -5}, {"batches": "many"}):
+        wire.send(t, wire.ITERATE, {"scan": f["scan"], **bad})
+        kind, err, _ = wire.recv(t)
+        assert (kind, err["code"]) == (wire.ERROR, "protocol"), bad
+    wire.send(t, wire.ITERATE, {"scan": f["scan"], "batches": 5})  # still usable
+    assert wire.recv(t)[0] == wire.BATCH
+    t.close()
+    eventually(lambda: scan.status()["scans"] == 0, what="the scan of the dropped connection freed")
+
+
 def test_no_server_and_a_wrong_token_are_clear_errors(root):
     with pytest.raises(fp.errors.ScanServerUnavailable, match="scan-server"):
         fp.scan.connect(f"127.0.0.1:{free_port()}")

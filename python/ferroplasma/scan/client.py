@@ -360,7 +360,7 @@ class Scan:
         if sum(sizes) != body_len:
             raise ProtocolError("a batch's body does not match its descriptor")
         if self.store is not None:
-            return self._batch_into_store(f["rows"], desc, sizes)
+            return self._batch_into_store(f["rows"], desc)
         offsets, end = arrow_layout.place(sizes)
         region = pa.allocate_buffer(end)  # 64-byte aligned
         mv = memoryview(region).cast("B")
@@ -368,23 +368,10 @@ class Scan:
         parts = [region.slice(o, s) for o, s in zip(offsets, sizes)]
         return arrow_layout.rebuild(self.schema, f["rows"], desc, parts)
 
-    def _batch_into_store(self, rows: int, desc: list[int], sizes: list[int]) -> ObjectID:
-        meta = arrow_layout.pack_meta(self.schema_bytes, rows, desc)
-        head, meta_at, offsets, total = serialization.batch_layout(meta, sizes)
-        oid = ObjectID.random()
-        buf = self.store.create(oid, total, wait=30.0)
-        try:
-            mv = memoryview(buf).cast("B")
-            mv[: len(head)] = head
-            mv[meta_at : meta_at + len(meta)] = meta
-            self.t.recv_into([mv[o : o + s] for o, s in zip(offsets, sizes)])
-            mv.release()
-            self.store.seal(oid)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.store.abort(oid)
-            raise
-        self.store.release(oid)
+    def _batch_into_store(self, rows: int, desc: list[int]) -> ObjectID:
+        oid, _ = serialization.put_batch_object(
+            self.store, self.schema_bytes, rows, desc, self.t.recv_into
+        )
         return oid
 
     def _ipc_batch(self, body_len: int) -> Any:

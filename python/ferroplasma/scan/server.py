@@ -212,7 +212,7 @@ class ScanServer:
                         raise ProtocolError("clients send no frame bodies")
                     try:
                         self._request(t, kind, fields, scans, store)
-                    except (ScanError, ProtocolError, FerroplasmaError) as e:
+                    except FerroplasmaError as e:  # ScanError, ProtocolError, StoreFull, ...
                         wire.send(t, wire.ERROR, {"code": _code(e), "message": str(e)})
         except (ConnectionError, OSError):
             pass  # the client went away: its scans end below
@@ -278,7 +278,8 @@ class ScanServer:
             raise ProtocolError(f"unexpected {wire.NAMES[kind]} frame from a client")
 
     def _init_scan(self, t: Transport, f: dict[str, Any], scans: dict, store: list) -> None:
-        rows = f.get("batch_rows") or DEFAULT_BATCH_ROWS
+        rows = f.get("batch_rows")
+        rows = DEFAULT_BATCH_ROWS if rows is None else rows
         if not isinstance(rows, int) or not 0 < rows <= MAX_BATCH_ROWS:
             raise QueryError(f"batch_rows must be between 1 and {MAX_BATCH_ROWS}")
         wire_mode = f.get("wire", "buffers")
@@ -373,20 +374,10 @@ def _put_batch(client: Any, batch: Any) -> tuple[ObjectID, int]:
     """Writes ``batch`` into the store as a kind-3 object (one copy, from
     DuckDB's memory into shared memory)."""
     desc, bufs = arrow_layout.flatten(batch)
-    meta = arrow_layout.pack_meta(batch.schema.serialize().to_pybytes(), batch.num_rows, desc)
-    head, meta_at, offsets, total = serialization.batch_layout(meta, [b.size for b in bufs])
-    oid = ObjectID.random()
-    buf = client.create(oid, total, wait=30.0)
-    try:
-        mv = memoryview(buf).cast("B")
-        mv[: len(head)] = head
-        mv[meta_at : meta_at + len(meta)] = meta
-        for at, b in zip(offsets, bufs):
-            mv[at : at + b.size] = memoryview(b).cast("B")
-        mv.release()
-        client.seal(oid)
-    except BaseException:
-        client.abort(oid)
-        raise
-    client.release(oid)
-    return oid, total
+
+    def copy(views: list[memoryview]) -> None:
+        for view, b in zip(views, bufs):
+            view[:] = memoryview(b).cast("B")
+
+    schema = batch.schema.serialize().to_pybytes()
+    return serialization.put_batch_object(client, schema, batch.num_rows, desc, copy)
