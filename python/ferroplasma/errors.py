@@ -16,6 +16,8 @@ __all__ = [
     "ForkedClient",
     "InvalidObjectState",
     "InvalidRequest",
+    "JobError",
+    "MalformedRecord",
     "ObjectExists",
     "ObjectLost",
     "ObjectNotFound",
@@ -114,3 +116,21 @@ class AccessDenied(ScanError, PermissionError):
 
 class ScanServerUnavailable(ScanError, ConnectionError):
     """No scan server answers at the address, or the connection broke."""
+
+
+class JobError(FerroplasmaError):
+    """Base class of the errors of ``ferroplasma.jobs`` (sorts run on the store):
+    bad arguments, missing inputs, or a worker that failed."""
+
+
+class MalformedRecord(JobError, ValueError):
+    """An input line of a record sort is not a record (8-byte key, TAB, 90
+    bytes, LF). ``path`` and ``line`` (1-based) say where."""
+
+    def __init__(self, message: str, path: str = "", line: int = 0) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.path, self.line))

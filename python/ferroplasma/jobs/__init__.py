@@ -1,0 +1,23 @@
+"""Jobs that run on the store: worker processes pass object ids, not bytes.
+
+Modules:
+
+- :mod:`~ferroplasma.jobs.pool` — :class:`Pool` (worker processes connected
+  to one store) and :func:`job_store` (the store a job runs on, private if
+  none is running);
+- :mod:`~ferroplasma.jobs.dataframe` — :func:`sort_dataframe`, the parallel
+  sample sort of a DataFrame in the store (seed 000);
+- :mod:`~ferroplasma.jobs.records` — the map/reduce sort of text records
+  (seed 004): :func:`gen_records`, :func:`sort_records`,
+  :func:`validate_records`;
+- :mod:`~ferroplasma.jobs.cli` — ``ferroplasma records gen|sort|validate``.
+
+Both jobs need numpy and pandas (``pip install ferroplasma[jobs]``).
+"""
+
+from __future__ import annotations
+
+from .dataframe import sort_dataframe
+from .pool import Pool, default_socket, job_store
+
+__all__ = ["Pool", "default_socket", "job_store", "sort_dataframe"]
