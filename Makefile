@@ -16,7 +16,7 @@ help: ## List the targets
 $(VENV)/.deps: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff pytest numpy pandas pyarrow matplotlib duckdb
+	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff pytest numpy pandas pyarrow matplotlib duckdb tqdm
 	touch $@
 
 build: $(VENV)/.deps ## Build (release) the Python package into .venv, with the `ferroplasma` command

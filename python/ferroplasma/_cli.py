@@ -1,6 +1,7 @@
 """The ``ferroplasma`` console script: the store and its commands, from the
 native module (so ``pip install ferroplasma`` alone gives a working store),
-and the commands written in Python (``scan-server``)."""
+and the commands written in Python (``scan-server``, ``records``,
+``dataframe``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ def main() -> None:
         from .scan.cli import main as scan_server
 
         sys.exit(scan_server(args[1:]))
+    if args and args[0] == "records":
+        from .jobs.cli import records_main
+
+        sys.exit(records_main(args[1:]))
+    if args and args[0] == "dataframe":
+        from .jobs.cli import dataframe_main
+
+        sys.exit(dataframe_main(args[1:]))
     from . import _native
 
     sys.exit(_native.run_cli(["ferroplasma", *args]))

@@ -19,7 +19,9 @@ use std::path::PathBuf;
     version,
     propagate_version = true,
     after_help = "Commands of the Python package's `ferroplasma` (pip install ferroplasma):\n  \
-                  scan-server  Serve SQL over Parquet/CSV datasets to `fp.scan` clients (docs/scan.md)"
+                  scan-server  Serve SQL over Parquet/CSV datasets to `fp.scan` clients (docs/scan.md)\n  \
+                  records      Generate, sort (map/reduce on the store) and validate text records (docs/jobs.md)\n  \
+                  dataframe    Sort a table with the parallel sample sort on the store (docs/jobs.md)"
 )]
 struct Cli {
     #[command(subcommand)]

@@ -23,6 +23,7 @@ from ..errors import JobError, StoreUnavailable
 __all__ = ["Pool", "default_socket", "job_store", "worker_client"]
 
 _CLIENT: Client | None = None
+_CLIENT_ERROR: Exception | None = None
 
 
 def default_socket() -> str:
@@ -31,13 +32,19 @@ def default_socket() -> str:
     return os.environ.get("FERROPLASMA_SOCKET") or "/tmp/ferroplasma.sock"
 
 
-def _init_worker(socket: str) -> None:
-    global _CLIENT
-    _CLIENT = Client(socket)
+def _init_worker(socket: str | None) -> None:
+    global _CLIENT, _CLIENT_ERROR
+    if socket is not None:
+        try:
+            _CLIENT = Client(socket)
+        except Exception as e:  # reported by the first task that needs the store
+            _CLIENT_ERROR = e
 
 
 def worker_client() -> Client:
     """The store client of the worker process running the current task."""
+    if _CLIENT_ERROR is not None:
+        raise _CLIENT_ERROR
     if _CLIENT is None:
         raise JobError("worker_client() is only available inside a Pool's task")
     return _CLIENT
@@ -47,13 +54,16 @@ def _default_start() -> str:
     return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def _ready() -> int:
-    worker_client()
+def _ready(connect: bool) -> int:
+    if connect:
+        worker_client()
     return os.getpid()
 
 
 class Pool:
-    """``workers`` processes connected to the store at ``socket``.
+    """``workers`` processes (default: the cores) connected to the store at
+    ``socket`` (default: :func:`default_socket`; ``connect=False`` for
+    tasks that need no store).
 
     Processes are forked (``start_method="fork"``, the default where there
     is fork: no ``if __name__ == "__main__"`` guard needed, numpy and pandas
@@ -71,22 +81,24 @@ class Pool:
         socket: str | None = None,
         workers: int | None = None,
         start_method: str | None = None,
+        connect: bool = True,
     ) -> None:
         if workers is not None and workers < 1:
             raise JobError(f"workers must be at least 1, not {workers}")
         self.socket = socket or default_socket()
         self.workers = workers or os.cpu_count() or 1
+        self._connect = connect
         self._executor = ProcessPoolExecutor(
             self.workers,
             mp_context=multiprocessing.get_context(start_method or _default_start()),
             initializer=_init_worker,
-            initargs=(self.socket,),
+            initargs=(self.socket if connect else None,),
         )
 
     def start(self) -> Pool:
-        """Starts every worker now (and checks each reaches the store)
-        instead of on the first task."""
-        futures = [self._executor.submit(_ready) for _ in range(self.workers)]
+        """Starts every worker now instead of on the first task (a worker
+        that cannot reach the store fails here)."""
+        futures = [self._executor.submit(_ready, self._connect) for _ in range(self.workers)]
         for f in futures:
             self.result(f)
         return self
