@@ -52,9 +52,7 @@ def _progress_factory(enabled: bool):
         return _LineProgress
 
     def make(what: str, total: int) -> Any:
-        return tqdm(
-            total=total, desc=f"{what:>8}", unit="B", unit_scale=True, unit_divisor=1000
-        )
+        return tqdm(total=total, desc=f"{what:>8}", unit="B", unit_scale=True, unit_divisor=1000)
 
     return make
 
@@ -118,9 +116,7 @@ def records_main(argv: list[str]) -> int:
     s = sub.add_parser("sort", help="sort a directory of record files into partitions")
     s.add_argument("--input", required=True, help="directory of record files")
     s.add_argument("--output", required=True, help="directory for part-NNNNN files")
-    s.add_argument(
-        "--partitions", type=int, default=80, help="output files (default %(default)s)"
-    )
+    s.add_argument("--partitions", type=int, default=80, help="output files (default %(default)s)")
     s.add_argument(
         "--split-size",
         default="128MiB",
@@ -201,9 +197,7 @@ def dataframe_main(argv: list[str]) -> int:
     src.add_argument("--input", help="a Parquet, Feather or CSV file")
     src.add_argument("--objects", help="ids of DataFrames in the store, comma separated")
     s.add_argument("--by", required=True, help="column(s) to sort by, comma separated")
-    s.add_argument(
-        "--descending", default="", help="those of the --by columns to sort descending"
-    )
+    s.add_argument("--descending", default="", help="those of the --by columns to sort descending")
     s.add_argument("--partitions", type=int, help="with --input: partitions (default: workers)")
     s.add_argument("--buckets", type=int, help="sorted buckets (default: as many as partitions)")
     s.add_argument("--output", help="write the sorted table here (Parquet)")

@@ -89,7 +89,7 @@ def sort_dataframe(
         bounds = _choose_boundaries(samples, cols, asc, n_buckets)
         slices = [[] for _ in ids]
         for q, res in pool.run_all(
-            _split_task, [(q, oid, cols, asc, bounds) for q, oid in enumerate(ids)]
+            _split_task, [(q, oid, cols, asc, bounds, n_buckets) for q, oid in enumerate(ids)]
         ):
             slices[q] = res
         out: list[Any] = [None] * n_buckets
@@ -255,13 +255,18 @@ def _cut_points(
     return data_before[np.flatnonzero(merged >= n)]
 
 
-def _split_task(q: int, oid: ObjectID, cols, asc, bounds) -> list[ObjectID]:
-    """Phase 2: sort partition q, cut it at the boundaries, put each slice."""
+def _split_task(q: int, oid: ObjectID, cols, asc, bounds, n_buckets: int) -> list[ObjectID]:
+    """Phase 2: sort partition q, cut it at the boundaries, put each slice
+    (``n_buckets`` of them; no boundaries when there is one bucket or no
+    rows anywhere)."""
     client = worker_client()
     frame = _get(oid, f"partition {q}")
     order = _order(frame, cols, asc)
     ordered = frame.take(order)
-    cuts = [] if bounds is None else _cut_points(frame, q, order, cols, asc, bounds).tolist()
+    if bounds is None or not len(frame):
+        cuts = [len(frame)] * (n_buckets - 1)
+    else:
+        cuts = _cut_points(frame, q, order, cols, asc, bounds).tolist()
     edges = [0, *cuts, len(frame)]
     del frame
     out = []
@@ -281,9 +286,7 @@ def _merge_task(slice_ids: list[ObjectID], cols, asc) -> ObjectID:
     whole = pd.concat(pieces) if len(pieces) > 1 else pieces[0]
     keys = _fast_keys(whole, cols, asc)
     # The slices are sorted runs: numpy's stable sort (timsort) merges them.
-    order = (
-        np.argsort(keys, kind="stable") if keys is not None else _pandas_order(whole, cols, asc)
-    )
+    order = np.argsort(keys, kind="stable") if keys is not None else _pandas_order(whole, cols, asc)
     result = client.put(whole.take(order))
     del pieces, whole
     client.delete(slice_ids)
