@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare bench-cluster bench-scan stress clean
+.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -61,6 +61,16 @@ bench-cluster: build ## Seed 002 local vs remote gets across two network namespa
 bench-scan: build ## Seed 001 TPC-H column selectivity: scan vs serializing RPC vs Arrow Flight vs raw TCP (root); QUICK=1
 	$(VENV)/bin/python bench/scan_bench.py run --json bench/results/scan.json $(if $(QUICK),--reps 2,)
 	cd bench && ../$(VENV)/bin/python scan_report.py results/scan.json --out ../docs
+
+bench/.spark-venv/.ok:
+	$(PYTHON) -m venv bench/.spark-venv
+	bench/.spark-venv/bin/pip install -q pyspark
+	touch $@
+
+bench-jobs: build bench/.spark-venv/.ok ## Seeds 000/004: DataFrame sort vs pandas (100M rows), record sort vs GNU sort and Spark (10 GiB); QUICK=1
+	$(VENV)/bin/python bench/jobs_bench.py dataframe --json bench/results/jobs-df.json $(if $(QUICK),--rows 20000000 --reps 2,--single-worker)
+	$(VENV)/bin/python bench/jobs_bench.py records --json bench/results/jobs-rec.json $(if $(QUICK),--size 1GiB --reps 2,)
+	cd bench && ../$(VENV)/bin/python jobs_report.py results/jobs-df.json results/jobs-rec.json --out ../docs
 
 bench-python: build ## Seed 003 serialization and numpy put/get vs pickle and memcpy; plots into docs/img
 	$(VENV)/bin/python bench/python_serialization.py --out docs

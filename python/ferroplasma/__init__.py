@@ -28,6 +28,8 @@ from .errors import (
     ForkedClient,
     InvalidObjectState,
     InvalidRequest,
+    JobError,
+    MalformedRecord,
     ObjectExists,
     ObjectLost,
     ObjectNotFound,
@@ -54,6 +56,8 @@ __all__ = [
     "ForkedClient",
     "InvalidObjectState",
     "InvalidRequest",
+    "JobError",
+    "MalformedRecord",
     "NotAvailable",
     "ObjectExists",
     "ObjectID",
@@ -73,6 +77,7 @@ __all__ = [
     "connect",
     "errors",
     "get",
+    "jobs",
     "put",
     "scan",
     "serialization",
@@ -91,3 +96,12 @@ def put(obj: Any, object_id: ObjectID | None = None) -> ObjectID:
 def get(object_id: Any, timeout: float | None = None) -> Any:
     """``get`` on the default client."""
     return default_client().get(object_id, timeout)
+
+
+def __getattr__(name: str) -> Any:
+    # fp.jobs imports numpy and pandas: only when first used.
+    if name == "jobs":
+        import importlib
+
+        return importlib.import_module(".jobs", __name__)
+    raise AttributeError(f"module 'ferroplasma' has no attribute {name!r}")

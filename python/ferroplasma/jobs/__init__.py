@@ -8,8 +8,13 @@ Modules:
 - :mod:`~ferroplasma.jobs.dataframe` — :func:`sort_dataframe`, the parallel
   sample sort of a DataFrame in the store (seed 000);
 - :mod:`~ferroplasma.jobs.records` — the map/reduce sort of text records
-  (seed 004): :func:`gen_records`, :func:`sort_records`,
-  :func:`validate_records`;
+  (seed 004), :func:`~ferroplasma.jobs.records.sort_records`; the module
+  also gives the functions of the three below;
+- :mod:`~ferroplasma.jobs.record_format` — the 100-byte record: checking
+  lines (with file and line number on error), keys, sizes, splits;
+- :mod:`~ferroplasma.jobs.record_gen` — seeded input files (``records gen``);
+- :mod:`~ferroplasma.jobs.record_validate` — checking an output against its
+  input (``records validate``);
 - :mod:`~ferroplasma.jobs.cli` — ``ferroplasma records gen|sort|validate``.
 
 Both jobs need numpy and pandas (``pip install ferroplasma[jobs]``).

@@ -23,234 +23,46 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .._ids import ObjectID
 from ..client import Client
-from ..errors import JobError, MalformedRecord, StoreFull
+from ..errors import JobError, StoreFull
 from .pool import Pool, default_socket, job_store, worker_client
+from .record_format import (
+    DEFAULT_SPLIT,
+    KEY_SIZE,
+    RECORD_SIZE,
+    ProgressFactory,
+    check,
+    input_files,
+    iter_records,
+    keys_of,
+    parse_size,
+    progress_bar,
+    split_files,
+)
+from .record_gen import gen_records
+from .record_validate import ValidationReport, validate_records
 
 __all__ = [
     "RECORD_SIZE",
     "SortSummary",
     "ValidationReport",
     "gen_records",
+    "iter_records",
     "parse_size",
     "sort_records",
     "validate_records",
 ]
 
-RECORD_SIZE = 100
-KEY_SIZE = 8
-TAB, LF = 9, 10
-N_KEYS = 65536
-DEFAULT_SPLIT = 128 * 2**20
-_GEN_CHUNK = 64 * 2**20
 _SAMPLES_PER_PARTITION = 256
-
-ProgressFactory = Callable[[str, int], Any]
-
-
-# ---------------------------------------------------------------- sizes
-
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 2**10,
-    "kb": 10**3,
-    "kib": 2**10,
-    "m": 2**20,
-    "mb": 10**6,
-    "mib": 2**20,
-    "g": 2**30,
-    "gb": 10**9,
-    "gib": 2**30,
-    "t": 2**40,
-    "tb": 10**12,
-    "tib": 2**40,
-}
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes in ``"10GiB"``, ``"500MB"``, ``"64k"`` or ``"12345"``."""
-    if isinstance(text, int):
-        return text
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise JobError(f"not a size: {text!r} (try 10GiB, 500MB or a number of bytes)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-# ---------------------------------------------------------------- records
-
-
-def _keys_of(rec: np.ndarray) -> np.ndarray:
-    """The keys of (n, 100) records as native uint64 in byte order."""
-    return np.ascontiguousarray(rec[:, :KEY_SIZE]).view(">u8").ravel().astype(np.uint64)
-
-
-def _key_text(key: int) -> str:
-    return int(key).to_bytes(KEY_SIZE, "big").decode("latin-1")
-
-
-def _line_of(path: str, offset: int) -> int:
-    """1-based number of the line holding byte ``offset`` of ``path``."""
-    lines = 1
-    with open(path, "rb") as f:
-        left = offset
-        while left > 0:
-            chunk = f.read(min(left, 1 << 24))
-            if not chunk:
-                break
-            lines += chunk.count(b"\n")
-            left -= len(chunk)
-    return lines
-
-
-def _check(data: np.ndarray, path: str, offset: int) -> np.ndarray:
-    """``data`` (bytes of ``path`` from ``offset``) as (n, 100) records;
-    MalformedRecord naming the first line that is not one."""
-    n = len(data) // RECORD_SIZE
-    rec = data[: n * RECORD_SIZE].reshape(n, RECORD_SIZE)
-    # Fast path: a TAB and an LF in place on every record, and no other LF
-    # (counted over the whole buffer), no TAB in any key.
-    if (
-        len(data) % RECORD_SIZE == 0
-        and (rec[:, KEY_SIZE] == TAB).all()
-        and (rec[:, RECORD_SIZE - 1] == LF).all()
-        and np.count_nonzero(data == LF) == n
-        and not (rec[:, :KEY_SIZE] == TAB).any()
-    ):
-        return rec
-    bad = (rec[:, KEY_SIZE] != TAB) | (rec[:, RECORD_SIZE - 1] != LF)
-    bad |= (rec[:, :KEY_SIZE] == TAB).any(axis=1)
-    bad |= (rec[:, : RECORD_SIZE - 1] == LF).any(axis=1)
-    where = np.flatnonzero(bad)
-    if len(where) or len(data) % RECORD_SIZE:
-        i = int(where[0]) if len(where) else n
-        at = offset + i * RECORD_SIZE
-        line = _line_of(path, at)
-        raw = bytes(data[i * RECORD_SIZE : (i + 1) * RECORD_SIZE])
-        nl = raw.find(b"\n")
-        length = nl + 1 if nl >= 0 else len(raw)
-        if length != RECORD_SIZE:
-            why = f"is {length} bytes long" + ("" if nl >= 0 else " with no LF at its end")
-        elif raw[KEY_SIZE] != TAB:
-            why = "has no TAB after its 8-byte key"
-        else:
-            why = "has a TAB inside its key"
-        raise MalformedRecord(
-            f"{path}:{line}: line {why}; a record is an 8-byte key, TAB, 90 bytes and LF "
-            f"(100 bytes)",
-            path,
-            line,
-        )
-    return rec
-
-
-def _input_files(directory: str) -> list[str]:
-    if not os.path.isdir(directory):
-        what = "is not a directory" if os.path.exists(directory) else "does not exist"
-        raise JobError(f"input {directory!r} {what}")
-    files = sorted(
-        os.path.join(directory, f)
-        for f in os.listdir(directory)
-        if not f.startswith(".") and os.path.isfile(os.path.join(directory, f))
-    )
-    if not files:
-        raise JobError(f"input {directory!r} holds no files")
-    return files
-
-
-class _NoProgress:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _bar(progress: ProgressFactory | None, what: str, total: int) -> Any:
-    return progress(what, total) if progress else _NoProgress()
-
-
-# ---------------------------------------------------------------- gen
-
-
-def _key_table(seed: int) -> np.ndarray:
-    """65536 distinct printable 8-byte keys, the same for the same seed."""
-    rng = np.random.default_rng([seed, 0])
-    table = np.unique(rng.integers(33, 127, size=(N_KEYS * 2, KEY_SIZE), dtype=np.uint8), axis=0)
-    pick = rng.choice(len(table), size=N_KEYS, replace=False)
-    return table[np.sort(pick)]
-
-
-def _gen_task(path: str, first: int, count: int, seed: int, file_index: int) -> int:
-    """Writes records first .. first+count of one file (seeded by position)."""
-    table = _key_table(seed)
-    rng = np.random.default_rng([seed, 1, file_index, first])
-    rec = np.empty((count, RECORD_SIZE), dtype=np.uint8)
-    rec[:, :KEY_SIZE] = table[rng.integers(0, N_KEYS, size=count)]
-    rec[:, KEY_SIZE] = TAB
-    rec[:, KEY_SIZE + 1 : RECORD_SIZE - 1] = rng.integers(
-        33, 127, size=(count, RECORD_SIZE - KEY_SIZE - 2), dtype=np.uint8
-    )
-    rec[:, RECORD_SIZE - 1] = LF
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.pwrite(fd, rec.data, first * RECORD_SIZE)
-    finally:
-        os.close(fd)
-    return rec.nbytes
-
-
-def gen_records(
-    out: str,
-    size: int | str,
-    files: int = 10,
-    seed: int = 0,
-    workers: int | None = None,
-    progress: ProgressFactory | None = None,
-) -> list[str]:
-    """Writes ``size`` bytes of records (rounded down to whole records)
-    into ``files`` files ``records-00000.txt`` … in ``out``; the same seed
-    gives the same bytes. Returns the paths. Needs no store."""
-    total = parse_size(size) // RECORD_SIZE
-    if files < 1:
-        raise JobError(f"files must be at least 1, not {files}")
-    if total < 1:
-        raise JobError(f"size {size!r} is less than one {RECORD_SIZE}-byte record")
-    os.makedirs(out, exist_ok=True)
-    per_chunk = _GEN_CHUNK // RECORD_SIZE
-    paths, tasks = [], []
-    for i in range(files):
-        count = total // files + (1 if i < total % files else 0)
-        path = os.path.join(out, f"records-{i:05d}.txt")
-        with open(path, "wb") as f:
-            f.truncate(count * RECORD_SIZE)
-        paths.append(path)
-        for first in range(0, count, per_chunk):
-            tasks.append((path, first, min(per_chunk, count - first), seed, i))
-    bar = _bar(progress, "gen", total * RECORD_SIZE)
-    try:
-        if workers == 1 or len(tasks) == 1:
-            for t in tasks:
-                bar.update(_gen_task(*t))
-        else:
-            with Pool(workers=workers, connect=False) as pool:
-                for _, written in pool.run_all(_gen_task, tasks):
-                    bar.update(written)
-    finally:
-        bar.close()
-    return paths
 
 
 # ---------------------------------------------------------------- sort
@@ -312,24 +124,14 @@ def _sample_boundaries(files: list[str], partitions: int, seed: int = 0) -> np.n
     return ks[np.minimum(at, len(ks) - 1)]
 
 
-def _splits(files: list[str], split_bytes: int) -> list[tuple[str, int, int]]:
-    per = max(1, split_bytes // RECORD_SIZE) * RECORD_SIZE
-    out = []
-    for path in files:
-        size = os.path.getsize(path)
-        for off in range(0, size, per):
-            out.append((path, off, min(per, size - off)))
-    return out
-
-
 def _map_task(path, offset, length, bounds, spill_dir, reserve):
     """Reads, checks and sorts a split; places its P runs in the store (one
     object) or a spill file. Returns (where, ref, run offsets in bytes)."""
     data = np.fromfile(path, dtype=np.uint8, count=length, offset=offset)
     if len(data) != length:
         raise JobError(f"{path} changed size while being sorted")
-    rec = _check(data, path, offset)
-    keys = _keys_of(rec)
+    rec = check(data, path, offset)
+    keys = keys_of(rec)
     order = np.argsort(keys, kind="quicksort")
     part = np.searchsorted(bounds, keys[order], side="right")
     counts = np.bincount(part, minlength=len(bounds) + 1)
@@ -381,7 +183,7 @@ def _reduce_task(p: int, sources: list, out_path: str) -> int:
             whole = np.concatenate(pieces).reshape(-1, RECORD_SIZE)
             del pieces
             # Each run is sorted: the stable sort (timsort) merges the runs.
-            order = np.argsort(_keys_of(whole), kind="stable")
+            order = np.argsort(keys_of(whole), kind="stable")
             whole.view(f"V{RECORD_SIZE}").ravel()[order].tofile(f)
     return nbytes
 
@@ -431,7 +233,7 @@ def sort_records(
     """
     if partitions < 1:
         raise JobError(f"partitions must be at least 1, not {partitions}")
-    files = _input_files(input_dir)
+    files = input_files(input_dir)
     total = sum(os.path.getsize(f) for f in files)
     os.makedirs(output_dir, exist_ok=True)
     spill = tempfile.mkdtemp(prefix=".ferroplasma-spill-", dir=spill_dir or output_dir)
@@ -467,14 +269,14 @@ def _run_sort(
     progress: ProgressFactory | None,
 ) -> SortSummary:
     bounds = _sample_boundaries(files, partitions)
-    splits = _splits(files, parse_size(split_size))
+    splits = split_files(files, parse_size(split_size))
     # Room kept for the splits other workers may be placing at the same time.
     reserve = max((n for _, _, n in splits), default=0) * (pool.workers - 1)
     held: dict[int, Any] = {}  # map index -> buffer (keeps its object in the store)
     results: list[Any] = [None] * len(splits)
     store_bytes = spilled = 0
     t0 = time.perf_counter()
-    bar = _bar(progress, "map", total)
+    bar = progress_bar(progress, "map", total)
     try:
         for i, res in pool.run_all(
             _map_task, [(p, off, n, bounds, spill, reserve) for p, off, n in splits]
@@ -491,7 +293,7 @@ def _run_sort(
             bar.update(splits[i][2])
         bar.close()
         t1 = time.perf_counter()
-        bar = _bar(progress, "reduce", total)
+        bar = progress_bar(progress, "reduce", total)
         outputs = [os.path.join(output_dir, f"part-{p:05d}") for p in range(partitions)]
         tasks = []
         for p in range(partitions):
@@ -520,146 +322,3 @@ def _run_sort(
         workers=pool.workers,
         private_store=False,
     )
-
-
-# ---------------------------------------------------------------- validate
-
-
-# Odd multipliers for the 12 eight-byte words and the 4-byte tail of a record.
-_MULT = (
-    np.random.default_rng(4004).integers(1, 2**63, size=13, dtype=np.uint64) * np.uint64(2) + 1
-).astype(np.uint64)
-
-
-def _digest(rec: np.ndarray) -> tuple[int, int]:
-    """(count, sum of per-record 64-bit hashes mod 2**64): equal for equal
-    multisets of records, whatever their order."""
-    if not len(rec):
-        return 0, 0
-    words = np.ascontiguousarray(rec[:, :96]).view("<u8")
-    tail = np.ascontiguousarray(rec[:, 96:]).view("<u4").ravel().astype(np.uint64)
-    with np.errstate(over="ignore"):
-        h = (words * _MULT[:12]).sum(axis=1, dtype=np.uint64) + tail * _MULT[12]
-        h ^= h >> np.uint64(31)
-        h *= np.uint64(0x9E3779B97F4A7C15)
-        h ^= h >> np.uint64(29)
-    return len(rec), int(h.sum(dtype=np.uint64))
-
-
-def _scan_task(path: str, offset: int, length: int, output: bool):
-    """(records, digest, first key, last key, problem or None) of a split;
-    a malformed output line is a problem, a malformed input line an error."""
-    data = np.fromfile(path, dtype=np.uint8, count=length, offset=offset)
-    try:
-        rec = _check(data, path, offset)
-    except MalformedRecord as e:
-        if not output:
-            raise
-        return 0, 0, None, None, str(e)
-    n, h = _digest(rec)
-    if not n:
-        return 0, 0, None, None, None
-    keys = _keys_of(rec)
-    problem = None
-    if output:
-        down = np.flatnonzero(keys[1:] < keys[:-1])
-        if len(down):
-            line = offset // RECORD_SIZE + int(down[0]) + 2
-            problem = f"{path}:{line}: line's key is less than the line before it"
-    return n, h, int(keys[0]), int(keys[-1]), problem
-
-
-@dataclasses.dataclass
-class ValidationReport:
-    """What :func:`validate_records` found; ``ok`` when ``problems`` is empty."""
-
-    input_records: int
-    output_records: int
-    input_checksum: int
-    output_checksum: int
-    partitions: int
-    problems: list[str]
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def __str__(self) -> str:
-        if self.ok:
-            return (
-                f"OK: {self.output_records:,} records in {self.partitions} partitions, each "
-                f"sorted, key ranges ordered and disjoint, checksum {self.output_checksum:016x} "
-                f"equals the input's"
-            )
-        return "INVALID:\n  " + "\n  ".join(self.problems)
-
-
-def validate_records(
-    input_dir: str,
-    output_dir: str,
-    workers: int | None = None,
-    progress: ProgressFactory | None = None,
-) -> ValidationReport:
-    """Checks ``output_dir`` (partition files in name order) against
-    ``input_dir``: every output line a record, each file sorted by key,
-    the files' key ranges in order and disjoint (a key in one file only),
-    and the multiset of records equal to the input's (count and checksum).
-    Needs no store."""
-    inputs = _input_files(input_dir)
-    outputs = _input_files(output_dir)
-    tasks = [(p, o, n, False) for p, o, n in _splits(inputs, DEFAULT_SPLIT)]
-    n_in = len(tasks)
-    tasks += [(p, o, n, True) for p, o, n in _splits(outputs, DEFAULT_SPLIT)]
-    results: list[Any] = [None] * len(tasks)
-    total = sum(t[2] for t in tasks)
-    bar = _bar(progress, "validate", total)
-    try:
-        if workers == 1:
-            for i, t in enumerate(tasks):
-                results[i] = _scan_task(*t)
-                bar.update(t[2])
-        else:
-            with Pool(workers=workers, connect=False) as pool:
-                for i, res in pool.run_all(_scan_task, tasks):
-                    results[i] = res
-                    bar.update(tasks[i][2])
-    finally:
-        bar.close()
-    problems = []
-    in_n = sum(r[0] for r in results[:n_in])
-    in_h = sum(r[1] for r in results[:n_in]) % 2**64
-    out_n = sum(r[0] for r in results[n_in:])
-    out_h = sum(r[1] for r in results[n_in:]) % 2**64
-    # Sorted inside each split, across a file's splits, and across files.
-    prev_path, prev_last = None, None
-    for (path, offset, _, _), (n, _, first, last, problem) in zip(tasks[n_in:], results[n_in:]):
-        if problem:
-            problems.append(problem)
-        if not n:
-            continue
-        if prev_last is not None:
-            if path == prev_path and first < prev_last:
-                line = offset // RECORD_SIZE + 1
-                problems.append(f"{path}:{line}: line's key is less than the line before it")
-            elif path != prev_path and first <= prev_last:
-                problems.append(
-                    f"{path} starts with key {_key_text(first)!r}, not after the last key "
-                    f"{_key_text(prev_last)!r} of {prev_path}: partitions overlap or are out "
-                    f"of order"
-                )
-        prev_path, prev_last = path, last
-    if out_n != in_n:
-        problems.append(f"the output has {out_n:,} records, the input {in_n:,}")
-    elif out_h != in_h:
-        problems.append(
-            f"the output's records differ from the input's (checksum {out_h:016x}, "
-            f"input {in_h:016x})"
-        )
-    return ValidationReport(in_n, out_n, in_h, out_h, len(outputs), problems)
-
-
-def iter_records(path: str) -> Iterator[bytes]:
-    """The records of one file, as bytes (for small files and tests)."""
-    with open(path, "rb") as f:
-        while rec := f.read(RECORD_SIZE):
-            yield rec
