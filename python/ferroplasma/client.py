@@ -321,6 +321,12 @@ class Subscription:
         return ev
 
 
+def default_socket() -> str:
+    """The socket every client and command uses by default:
+    ``$FERROPLASMA_SOCKET``, else ``/tmp/ferroplasma.sock``."""
+    return os.environ.get("FERROPLASMA_SOCKET") or "/tmp/ferroplasma.sock"
+
+
 def connect(socket: str | None = None) -> Client:
     """Connects to a store: ``socket``, else ``$FERROPLASMA_SOCKET``, else
     ``/tmp/ferroplasma.sock``. Raises StoreUnavailable if none answers."""

@@ -17,19 +17,13 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from ..client import Client
+from ..client import Client, default_socket
 from ..errors import JobError, StoreUnavailable
 
 __all__ = ["Pool", "default_socket", "job_store", "worker_client"]
 
 _CLIENT: Client | None = None
 _CLIENT_ERROR: Exception | None = None
-
-
-def default_socket() -> str:
-    """The store's socket as everywhere: ``$FERROPLASMA_SOCKET``, else
-    ``/tmp/ferroplasma.sock``."""
-    return os.environ.get("FERROPLASMA_SOCKET") or "/tmp/ferroplasma.sock"
 
 
 def _init_worker(socket: str | None) -> None:

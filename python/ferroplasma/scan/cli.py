@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from ..client import default_socket
 from .server import ScanServer
 
 DESCRIPTION = """\
@@ -25,10 +26,6 @@ accepts one SELECT statement. Batches travel as their Arrow buffers, gathered
 straight from DuckDB's memory (docs/scan.md). A client on this host with the
 same store gets its batches placed in the store (only ids travel).
 """
-
-
-def _default_socket() -> str:
-    return os.environ.get("FERROPLASMA_SOCKET") or "/tmp/ferroplasma.sock"
 
 
 def main(argv: list[str]) -> int:
@@ -51,7 +48,7 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument(
         "--store-socket",
-        default=_default_socket(),
+        default=default_socket(),
         help="local store for same-host clients (default: $FERROPLASMA_SOCKET or "
         "/tmp/ferroplasma.sock; used only when a client shows it shares it)",
     )
