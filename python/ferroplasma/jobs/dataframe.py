@@ -167,13 +167,6 @@ def _pandas_order(frame: pd.DataFrame, cols: list[str], asc: list[bool]) -> np.n
     return s.index.to_numpy()
 
 
-def _order(frame: pd.DataFrame, cols: list[str], asc: list[bool]) -> np.ndarray:
-    keys = _fast_keys(frame, cols, asc)
-    if keys is not None:
-        return _stable_argsort(keys)
-    return _pandas_order(frame, cols, asc)
-
-
 def _check_columns(frame: Any, cols: list[str], what: str) -> None:
     if not isinstance(frame, pd.DataFrame):
         raise JobError(f"{what} is a {type(frame).__name__}, not a pandas DataFrame")
@@ -225,6 +218,7 @@ def _choose_boundaries(samples: list, cols: list[str], asc: list[bool], n_bucket
 
 def _cut_points(
     frame: pd.DataFrame,
+    keys: np.ndarray | None,
     q: int,
     order: np.ndarray,
     cols: list[str],
@@ -232,10 +226,10 @@ def _cut_points(
     bounds: pd.DataFrame,
 ) -> np.ndarray:
     """For each boundary, how many of the partition's rows (sorted by
-    ``order``) come before it in (key, position) order."""
+    ``order``; ``keys``: their fast keys, if any) come before it in (key,
+    position) order."""
     n = len(frame)
     pos = (np.int64(q) << _ROW_BITS) | order.astype(np.int64)
-    keys = _fast_keys(frame, cols, asc)
     bkeys = _fast_keys(bounds, cols, asc) if keys is not None else None
     if keys is not None and bkeys is not None:
         sk = keys[order]
@@ -261,12 +255,13 @@ def _split_task(q: int, oid: ObjectID, cols, asc, bounds, n_buckets: int) -> lis
     rows anywhere)."""
     client = worker_client()
     frame = _get(oid, f"partition {q}")
-    order = _order(frame, cols, asc)
+    keys = _fast_keys(frame, cols, asc)
+    order = _stable_argsort(keys) if keys is not None else _pandas_order(frame, cols, asc)
     ordered = frame.take(order)
     if bounds is None or not len(frame):
         cuts = [len(frame)] * (n_buckets - 1)
     else:
-        cuts = _cut_points(frame, q, order, cols, asc, bounds).tolist()
+        cuts = _cut_points(frame, keys, q, order, cols, asc, bounds).tolist()
     edges = [0, *cuts, len(frame)]
     del frame
     out = []
