@@ -396,6 +396,16 @@ def test_records_cli_end_to_end(tmp_path, big_store):
     assert r.returncode == 0, r.stderr
     assert "sorted 10,000 records" in r.stdout and "through the store" in r.stdout
     assert "map" in r.stderr and "reduce" in r.stderr  # the progress bars
+    # An earlier sort's output is not mixed with a new one's.
+    again = [
+        "records", "sort", "--input", str(inp), "--output", str(out), "--partitions", "3",
+        "--socket", big_store.socket, "--quiet",
+    ]  # fmt: skip
+    r = fp_cli(*again)
+    assert r.returncode == 2 and "already holds 5 part files" in r.stderr
+    r = fp_cli(*again, "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == [f"part-{p:05d}" for p in range(3)]
     r = fp_cli("records", "validate", "--input", str(inp), "--output", str(out), "--quiet")
     assert r.returncode == 0 and r.stdout.startswith("OK: 10,000 records"), r.stdout
     # Damage: exit status 1 and what is wrong.

@@ -123,6 +123,9 @@ def records_main(argv: list[str]) -> int:
         help="bytes each map task reads (default %(default)s)",
     )
     s.add_argument("--spill-dir", help="where runs that do not fit go (default: in --output)")
+    s.add_argument(
+        "--overwrite", action="store_true", help="remove part-* files already in --output first"
+    )
     _common(s, store=True)
     v = sub.add_parser("validate", help="check a sort's output against its input")
     v.add_argument("--input", required=True, help="the directory that was sorted")
@@ -153,6 +156,7 @@ def records_main(argv: list[str]) -> int:
                 args.spill_dir,
                 progress,
                 _say,
+                args.overwrite,
             )
             print(summary)
         else:

@@ -218,6 +218,7 @@ def sort_records(
     spill_dir: str | None = None,
     progress: ProgressFactory | None = None,
     say: Callable[[str], None] = print,
+    overwrite: bool = False,
 ) -> SortSummary:
     """Sorts the record files in ``input_dir`` into ``partitions`` files
     ``part-00000`` … in ``output_dir``, with ``workers`` processes (default:
@@ -229,13 +230,23 @@ def sort_records(
     with ``update(n)`` and ``close()``), e.g. ``tqdm``.
 
     Raises MalformedRecord (with the file and line) for a line that is not
-    a record, JobError for a missing input.
+    a record, JobError for a missing input, or for ``part-*`` files already
+    in ``output_dir`` unless ``overwrite`` (then they are removed first).
     """
     if partitions < 1:
         raise JobError(f"partitions must be at least 1, not {partitions}")
     files = input_files(input_dir)
     total = sum(os.path.getsize(f) for f in files)
     os.makedirs(output_dir, exist_ok=True)
+    old = sorted(f for f in os.listdir(output_dir) if f.startswith("part-"))
+    if old and not overwrite:
+        raise JobError(
+            f"output {output_dir!r} already holds {len(old)} part files ({old[0]} …) from "
+            f"an earlier sort: remove them, choose another output, or overwrite them "
+            f"(--overwrite)"
+        )
+    for f in old:
+        os.remove(os.path.join(output_dir, f))
     spill = tempfile.mkdtemp(prefix=".ferroplasma-spill-", dir=spill_dir or output_dir)
     started = time.perf_counter()
     try:
