@@ -45,7 +45,7 @@ def put_parts(client, frame, k):
 
 def sorted_via_job(client, frame, by, ascending=True, k=4, **kw):
     parts = put_parts(client, frame, k)
-    out = jobs.sort_dataframe(client, parts, by, ascending, **kw)
+    out = jobs.sort_dataframe(client, parts, by, ascending=ascending, **kw)
     got = pd.concat(client.get(out))
     return got, out, parts
 
@@ -153,6 +153,10 @@ def test_sort_dataframe_one_worker_and_more_workers_than_partitions(bclient):
         got, out, _ = sorted_via_job(bclient, frame, "f", k=k, workers=workers)
         assert len(out) == k
         pd.testing.assert_frame_equal(got, expected(frame, "f"))
+    # The signature: (client, parts, by, workers, buckets).
+    out = jobs.sort_dataframe(bclient, put_parts(bclient, frame, 3), "f", 1, 2)
+    assert len(out) == 2
+    pd.testing.assert_frame_equal(pd.concat(bclient.get(out)), expected(frame, "f"))
 
 
 def test_sort_dataframe_leaves_only_inputs_and_outputs(bclient, pool):
@@ -178,7 +182,7 @@ def test_sort_dataframe_bad_arguments(bclient, pool):
     with pytest.raises(JobError, match="buckets"):
         jobs.sort_dataframe(bclient, parts, "i", workers=pool, buckets=0)
     with pytest.raises(JobError, match="ascending"):
-        jobs.sort_dataframe(bclient, parts, ["i", "f"], [True], workers=pool)
+        jobs.sort_dataframe(bclient, parts, ["i", "f"], pool, ascending=[True])
     with pytest.raises(JobError, match="workers"):
         jobs.sort_dataframe(bclient, parts, "i", workers=0)
     assert jobs.sort_dataframe(bclient, [], "i", workers=pool) == []

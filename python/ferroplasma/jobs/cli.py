@@ -238,7 +238,7 @@ def _dataframe_sort(args: argparse.Namespace) -> int:
             parts = [ObjectID.from_hex(x.strip()) for x in args.objects.split(",") if x.strip()]
         t = time.perf_counter()
         out = sort_dataframe(
-            client, parts, by, [c not in desc for c in by], args.workers, args.buckets
+            client, parts, by, args.workers, args.buckets, ascending=[c not in desc for c in by]
         )
         dt = time.perf_counter() - t
         if args.input:

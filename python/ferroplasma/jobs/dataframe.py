@@ -45,13 +45,15 @@ def sort_dataframe(
     client: Client,
     parts: Sequence[ObjectID],
     by: str | Sequence[str],
-    ascending: bool | Sequence[bool] = True,
     workers: int | Pool | None = None,
     buckets: int | None = None,
+    *,
+    ascending: bool | Sequence[bool] = True,
 ) -> list[ObjectID]:
     """Sorts the DataFrame made of the partitions ``parts`` (ids of
     DataFrames in the store, in order) by the column(s) ``by``, in
-    ``workers`` processes (a number, default: the cores, or a :class:`Pool`).
+    ``workers`` processes (a number, default: the cores, or a :class:`Pool`),
+    ascending unless ``ascending=False`` (or one flag per column).
 
     Returns the ids of ``buckets`` sorted DataFrames in the store (default:
     as many as ``parts``); concatenated in order, they are the whole frame
