@@ -190,6 +190,25 @@ def test_sort_dataframe_bad_arguments(bclient, pool):
     eventually(lambda: set(bclient.list()) == {*parts, array}, what="only the inputs left")
 
 
+def test_pool_with_spawned_workers(bclient):
+    frame = frame_of(2_000)
+    with jobs.Pool(bclient.socket, 2, start_method="spawn") as spawned:
+        got, _, _ = sorted_via_job(bclient, frame, "s", workers=spawned)
+    pd.testing.assert_frame_equal(got, expected(frame, "s"))
+
+
+def test_progress_lines_without_tqdm(capsys):
+    from ferroplasma.jobs.cli import _LineProgress
+
+    bar = _LineProgress("map", 1000)
+    for _ in range(10):
+        bar.update(100)
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("map: 100% (")
+    assert lines[-1].endswith("MB/s)")
+
+
 def test_pool_reports_a_missing_store(tmp_path):
     with jobs.Pool(str(tmp_path / "none.sock"), workers=1) as p:
         with pytest.raises(fp.StoreUnavailable):
@@ -331,6 +350,21 @@ def test_sort_records_names_a_malformed_line(tmp_path, big_store, damage, line, 
         R.sort_records(str(inp), str(out), 3, workers=2, socket=big_store.socket)
     assert e.value.path == paths[1] and e.value.line == line
     assert f"{paths[1]}:{line}:" in str(e.value)
+
+
+def test_failed_sort_leaves_nothing_in_the_store(tmp_path, big_store):
+    # Maps running when another one fails still finish; what they placed in
+    # the store is deleted, as is what the job already held.
+    inp = tmp_path / "in"
+    paths = R.gen_records(str(inp), "2MB", files=1)
+    corrupt(paths[0], 3, b"x" * 100)
+    c = big_store.connect()
+    with pytest.raises(MalformedRecord):
+        R.sort_records(
+            str(inp), str(tmp_path / "o"), 4, workers=3, socket=big_store.socket, split_size="50KB"
+        )
+    eventually(lambda: not c.list(), what="no objects of the failed job left")
+    assert not [f for f in os.listdir(tmp_path / "o") if f.startswith(".")]
 
 
 def test_sort_records_truncated_last_line(tmp_path, big_store):

@@ -61,18 +61,16 @@ class _LineProgress:
     """Progress as a line per 10 % (no tqdm installed)."""
 
     def __init__(self, what: str, total: int) -> None:
-        self.what, self.total, self.done, self.next = what, max(total, 1), 0, 0.1
+        self.what, self.total, self.done, self.next_pct = what, max(total, 1), 0, 10
         self.start = time.perf_counter()
 
     def update(self, n: int) -> None:
         self.done += n
-        if self.done / self.total >= self.next:
+        pct = 100 * self.done // self.total  # integers: no step lost to rounding
+        if pct >= self.next_pct:
             rate = self.done / 1e6 / max(time.perf_counter() - self.start, 1e-9)
-            print(
-                f"{self.what}: {100 * self.done / self.total:3.0f}% ({rate:.0f} MB/s)",
-                file=sys.stderr,
-            )
-            self.next = self.done / self.total + 0.1
+            print(f"{self.what}: {pct:3d}% ({rate:.0f} MB/s)", file=sys.stderr)
+            self.next_pct = pct - pct % 10 + 10
 
     def close(self) -> None:
         pass

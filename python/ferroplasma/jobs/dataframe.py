@@ -82,6 +82,7 @@ def sort_dataframe(
     own = not isinstance(workers, Pool)
     pool = Pool(client.socket, workers) if own else workers
     slices: list[list[ObjectID]] = []
+    out: list[Any] = []
     try:
         samples: list[Any] = [None] * len(ids)
         for q, res in pool.run_all(
@@ -91,16 +92,19 @@ def sort_dataframe(
         bounds = _choose_boundaries(samples, cols, asc, n_buckets)
         slices = [[] for _ in ids]
         for q, res in pool.run_all(
-            _split_task, [(q, oid, cols, asc, bounds, n_buckets) for q, oid in enumerate(ids)]
+            _split_task,
+            [(q, oid, cols, asc, bounds, n_buckets) for q, oid in enumerate(ids)],
+            discard=client.delete,
         ):
             slices[q] = res
-        out: list[Any] = [None] * n_buckets
+        out = [None] * n_buckets
         merge_args = [([s[j] for s in slices], cols, asc) for j in range(n_buckets)]
-        for j, res in pool.run_all(_merge_task, merge_args):
+        for j, res in pool.run_all(_merge_task, merge_args, discard=client.delete):
             out[j] = res
         return out
     except BaseException:
         leftovers = [oid for row in slices for oid in row]
+        leftovers += [oid for oid in out if oid is not None]
         if leftovers:
             client.delete(leftovers)
         raise
@@ -137,19 +141,20 @@ def _fast_keys(frame: pd.DataFrame, cols: list[str], asc: list[bool]) -> np.ndar
     return values if asc[0] else ~values
 
 
-def _stable_argsort(keys: np.ndarray) -> np.ndarray:
-    """A stable argsort: the (SIMD) quicksort, then equal keys put back in
-    input order; the merge sort when ties are many."""
+def _stable_argsort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A stable argsort and the sorted keys: the (SIMD) quicksort, then
+    equal keys put back in input order; the merge sort when ties are many."""
     order = np.argsort(keys, kind="quicksort")
-    if len(keys) < 2:
-        return order
     sk = keys[order]
+    if len(keys) < 2:
+        return order, sk
     eq = sk[1:] == sk[:-1]
     n_eq = int(np.count_nonzero(eq))
     if n_eq == 0:
-        return order
+        return order, sk
     if n_eq > len(keys) // 20:
-        return np.argsort(keys, kind="stable")
+        order = np.argsort(keys, kind="stable")
+        return order, keys[order]
     tied = np.zeros(len(keys), dtype=bool)
     tied[1:] |= eq
     tied[:-1] |= eq
@@ -157,7 +162,7 @@ def _stable_argsort(keys: np.ndarray) -> np.ndarray:
     group = np.cumsum(np.concatenate(([True], ~eq)))[at]
     sub = order[at]
     order[at] = sub[np.lexsort((sub, group))]
-    return order
+    return order, sk  # ties moved only among equal keys: sk is unchanged
 
 
 def _pandas_order(frame: pd.DataFrame, cols: list[str], asc: list[bool]) -> np.ndarray:
@@ -220,7 +225,7 @@ def _choose_boundaries(samples: list, cols: list[str], asc: list[bool], n_bucket
 
 def _cut_points(
     frame: pd.DataFrame,
-    keys: np.ndarray | None,
+    sk: np.ndarray | None,
     q: int,
     order: np.ndarray,
     cols: list[str],
@@ -228,13 +233,12 @@ def _cut_points(
     bounds: pd.DataFrame,
 ) -> np.ndarray:
     """For each boundary, how many of the partition's rows (sorted by
-    ``order``; ``keys``: their fast keys, if any) come before it in (key,
-    position) order."""
+    ``order``; ``sk``: their fast keys in that order, if any) come before it
+    in (key, position) order."""
     n = len(frame)
     pos = (np.int64(q) << _ROW_BITS) | order.astype(np.int64)
-    bkeys = _fast_keys(bounds, cols, asc) if keys is not None else None
-    if keys is not None and bkeys is not None:
-        sk = keys[order]
+    bkeys = _fast_keys(bounds, cols, asc) if sk is not None else None
+    if sk is not None and bkeys is not None:
         lo = np.searchsorted(sk, bkeys, side="left")
         hi = np.searchsorted(sk, bkeys, side="right")
         bpos = bounds[_POS].to_numpy()
@@ -258,12 +262,15 @@ def _split_task(q: int, oid: ObjectID, cols, asc, bounds, n_buckets: int) -> lis
     client = worker_client()
     frame = _get(oid, f"partition {q}")
     keys = _fast_keys(frame, cols, asc)
-    order = _stable_argsort(keys) if keys is not None else _pandas_order(frame, cols, asc)
+    if keys is not None:
+        order, sk = _stable_argsort(keys)
+    else:
+        order, sk = _pandas_order(frame, cols, asc), None
     ordered = frame.take(order)
     if bounds is None or not len(frame):
         cuts = [len(frame)] * (n_buckets - 1)
     else:
-        cuts = _cut_points(frame, keys, q, order, cols, asc, bounds).tolist()
+        cuts = _cut_points(frame, sk, q, order, cols, asc, bounds).tolist()
     edges = [0, *cuts, len(frame)]
     del frame
     out = []

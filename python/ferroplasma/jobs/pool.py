@@ -114,18 +114,33 @@ class Pool:
                 "a worker process died (killed, or out of memory); the job is abandoned"
             ) from e
 
-    def run_all(self, fn: Callable[..., Any], args: Iterable[tuple]) -> Iterator[tuple[int, Any]]:
+    def run_all(
+        self,
+        fn: Callable[..., Any],
+        args: Iterable[tuple],
+        discard: Callable[[Any], None] | None = None,
+    ) -> Iterator[tuple[int, Any]]:
         """Submits ``fn(*a)`` for each ``a`` and yields ``(index, result)`` as
-        tasks finish. On an error the tasks not started are cancelled."""
-        from concurrent.futures import as_completed
+        tasks finish. When the caller stops early (an error), the tasks not
+        started are cancelled, those running are waited for, and each
+        result nobody took is passed to ``discard`` (to delete what the task
+        put in the store)."""
+        from concurrent.futures import as_completed, wait
 
         futures = {self.submit(fn, *a): i for i, a in enumerate(args)}
+        taken: set[Future] = set()
         try:
             for f in as_completed(futures):
+                taken.add(f)
                 yield futures[f], self.result(f)
         finally:
-            for f in futures:
-                f.cancel()
+            left = [f for f in futures if f not in taken and not f.cancel()]
+            if left:
+                wait(left)
+            for f in left:
+                if discard is not None and not f.cancelled() and f.exception() is None:
+                    with contextlib.suppress(Exception):
+                        discard(f.result())
 
     def close(self) -> None:
         """Stops the workers (after the tasks already running)."""

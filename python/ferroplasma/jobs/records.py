@@ -188,6 +188,14 @@ def _reduce_task(p: int, sources: list, out_path: str) -> int:
     return nbytes
 
 
+def _discard_run(client: Client, result: tuple) -> None:
+    """Deletes what a map task placed that the job did not take (it failed);
+    spill files go with the spill directory."""
+    where, ref, _ = result
+    if where == "store":
+        client.delete(ObjectID(ref))
+
+
 def _store_memory(total: int) -> int:
     """A private store's size: the input plus a margin, within what the
     machine's /dev/shm and free memory allow (the rest spills)."""
@@ -290,7 +298,9 @@ def _run_sort(
     bar = progress_bar(progress, "map", total)
     try:
         for i, res in pool.run_all(
-            _map_task, [(p, off, n, bounds, spill, reserve) for p, off, n in splits]
+            _map_task,
+            [(p, off, n, bounds, spill, reserve) for p, off, n in splits],
+            discard=lambda r: _discard_run(client, r),
         ):
             where, ref, _ = results[i] = res
             if where == "store":
