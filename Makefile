@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test test-rust test-python lint fmt bench bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
+.PHONY: help build run test test-rust test-python test-plasma lint fmt bench bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,13 +26,29 @@ build: $(VENV)/.deps ## Build (release) the Python package into .venv, with the 
 run: build ## Build and start a store with the defaults (Ctrl-C stops it); ARGS="..." adds flags
 	$(VENV)/bin/ferroplasma store $(ARGS)
 
-test: test-rust test-python ## Run every test (Rust and Python, against real stores)
+test: test-rust test-python test-plasma ## Run every test (Rust, Python and Plasma's own suite, against real stores)
 
 test-rust: ## Rust unit, property and integration tests
 	$(CARGO) test --workspace
 
 test-python: build ## Python tests (pytest) against real stores
 	$(VENV)/bin/python -m pytest -q python/tests
+
+# Plasma's own tests, from the last pyarrow that shipped Plasma (fetched from
+# PyPI, never committed), run against ferroplasma.plasma.
+PLASMA_SUITE := target/plasma-suite/test_plasma.py
+$(PLASMA_SUITE): | $(VENV)/.deps
+	mkdir -p $(dir $@)
+	$(VENV)/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+	  --platform manylinux2014_x86_64 -d $(dir $@) pyarrow==11.0.0
+	$(VENV)/bin/python -c "import glob, zipfile; \
+	  z = zipfile.ZipFile(glob.glob('$(dir $@)pyarrow-11.0.0-*.whl')[0]); \
+	  open('$@', 'wb').write(z.read('pyarrow/tests/test_plasma.py'))"
+	rm -f $(dir $@)pyarrow-11.0.0-*.whl
+
+test-plasma: build $(PLASMA_SUITE) ## Plasma's own test suite (pyarrow 11.0.0's test_plasma.py) against ferroplasma.plasma
+	cd $(dir $(PLASMA_SUITE)) && PYTHONPATH=$(CURDIR)/python/tests/plasma_suite \
+	  $(CURDIR)/$(VENV)/bin/python -m pytest -q -rs -p plasma_suite_plugin test_plasma.py
 
 lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff
 	$(CARGO) fmt --all -- --check

@@ -1,11 +1,17 @@
 """The ``ferroplasma`` console script: the store and its commands, from the
 native module (so ``pip install ferroplasma`` alone gives a working store),
 and the commands written in Python (``scan-server``, ``records``,
-``dataframe``)."""
+``dataframe``). Also ``plasma_store`` / ``plasma-store-server``: the store
+under the names and flags of Plasma's, for programs that start it by name."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import shutil
 import sys
+import tempfile
+import warnings
 
 
 def main() -> None:
@@ -26,6 +32,72 @@ def main() -> None:
     from . import _native
 
     sys.exit(_native.run_cli(["ferroplasma", *args]))
+
+
+def _plasma_store_parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        add_help=False,  # -h is Plasma's flag for huge pages
+        description="A ferroplasma store started with the flags of Plasma's plasma_store "
+        "(pyarrow <= 11). Clients of pyarrow.plasma connect to it through "
+        "ferroplasma.plasma (docs/migrating-from-plasma.md); `ferroplasma store --help` "
+        "lists ferroplasma's own options.",
+    )
+    p.add_argument("-m", metavar="BYTES", help="memory of the store, in bytes (or 4GiB-style)")
+    p.add_argument(
+        "-s",
+        metavar="SOCKET",
+        help="socket path (default: $FERROPLASMA_SOCKET, else /tmp/ferroplasma.sock); a "
+        "regular file there is replaced, as Plasma did; a live store's socket never is",
+    )
+    p.add_argument("-d", metavar="DIR", help="back the memory with a file in DIR (e.g. /dev/shm)")
+    p.add_argument("-h", action="store_true", help="use 2 MiB huge pages")
+    p.add_argument(
+        "-e",
+        metavar="EXTERNAL_STORE",
+        help="Plasma's external store: not supported; evicted objects spill to a temporary "
+        "directory instead (ferroplasma store --spill-dir DIR chooses one)",
+    )
+    p.add_argument("--help", action="help", help="show this help and exit")
+    return p
+
+
+def plasma_store(argv: list[str], prog: str = "plasma_store") -> int:
+    """Runs a store with Plasma's command-line flags (``-m``, ``-s``, ``-d``,
+    ``-h``, ``-e``); returns the exit code."""
+    from . import _native
+
+    args = _plasma_store_parser(prog).parse_args(argv)
+    cmd = ["ferroplasma", "store", "--replace-file"]
+    if args.m is not None:
+        cmd += ["--memory", args.m]
+    if args.s is not None:
+        cmd += ["--socket", args.s]
+    if args.d is not None:
+        cmd += ["--dir", args.d]
+    if args.h:
+        cmd.append("--hugepages")
+    spill = None
+    if args.e is not None:
+        spill = tempfile.mkdtemp(prefix="ferroplasma-spill-")
+        warnings.warn(
+            f"{prog}: external stores ({args.e}) are replaced by spilling: evicted objects "
+            f"go to {spill} and come back on get (choose the directory with "
+            "`ferroplasma store --spill-dir DIR`)",
+            UserWarning,
+            stacklevel=2,
+        )
+        cmd += ["--spill-dir", spill]
+    try:
+        return _native.run_cli(cmd)
+    finally:
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
+
+
+def plasma_store_main() -> None:
+    """The ``plasma_store`` and ``plasma-store-server`` console scripts."""
+    sys.exit(plasma_store(sys.argv[1:], os.path.basename(sys.argv[0])))
 
 
 if __name__ == "__main__":

@@ -12,20 +12,29 @@ ID_LEN = 20
 
 
 class ObjectID:
-    """A 20-byte object id (Plasma-compatible).
+    """A 20-byte object id (Plasma-compatible). Made from 20 bytes, or from
+    the 40 hex digits ``str(oid)`` prints.
 
     >>> oid = ObjectID.random()
     >>> len(oid.binary())
     20
     >>> ObjectID(oid.binary()) == oid
     True
-    >>> ObjectID.from_hex(str(oid)) == oid
+    >>> ObjectID(str(oid)) == oid
     True
     """
 
     __slots__ = ("_b",)
 
-    def __init__(self, binary: bytes | bytearray | memoryview) -> None:
+    def __init__(self, binary: bytes | bytearray | memoryview | str) -> None:
+        if isinstance(binary, str):
+            self._b = _from_hex(binary)
+            return
+        if not isinstance(binary, (bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"an object id is made from {ID_LEN} bytes or {2 * ID_LEN} hex digits, "
+                f"not {type(binary).__name__}"
+            )
         b = bytes(binary)
         if len(b) != ID_LEN:
             raise InvalidRequest(f"an object id is {ID_LEN} bytes, got {len(b)}")
@@ -44,10 +53,7 @@ class ObjectID:
     @classmethod
     def from_hex(cls, text: str) -> ObjectID:
         """Parses 40 hex characters."""
-        try:
-            return cls(bytes.fromhex(text))
-        except ValueError as e:
-            raise InvalidRequest(f"not a 40-character hex object id: {text!r}") from e
+        return cls(_from_hex(text))
 
     def binary(self) -> bytes:
         """The 20 raw bytes."""
@@ -70,13 +76,30 @@ class ObjectID:
         return hash(self._b)
 
     def __reduce__(self):  # picklable
-        return (ObjectID, (self._b,))
+        return (type(self), (self._b,))
 
 
-def as_bytes(oid: ObjectID | bytes) -> bytes:
-    """The raw id of an ObjectID or of 20 bytes."""
+def _from_hex(text: str) -> bytes:
+    try:
+        b = bytes.fromhex(text)
+    except ValueError:
+        b = b""
+    if len(b) != ID_LEN:
+        raise InvalidRequest(
+            f"not an object id: {text!r} (an id is {ID_LEN} bytes, or the "
+            f"{2 * ID_LEN} hex digits str(oid) prints)"
+        )
+    return b
+
+
+def as_bytes(oid: ObjectID | bytes | str) -> bytes:
+    """The raw id of an ObjectID, of 20 bytes or of 40 hex digits."""
     if isinstance(oid, ObjectID):
         return oid._b
     if isinstance(oid, (bytes, bytearray, memoryview)) and len(oid) == ID_LEN:
         return bytes(oid)
-    raise InvalidRequest(f"expected an ObjectID or {ID_LEN} bytes, got {oid!r}")
+    if isinstance(oid, str):
+        return _from_hex(oid)
+    raise InvalidRequest(
+        f"expected an ObjectID, {ID_LEN} bytes or {2 * ID_LEN} hex digits, got {oid!r}"
+    )

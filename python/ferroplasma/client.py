@@ -19,7 +19,10 @@ from ._ids import ObjectID, as_bytes
 
 __all__ = ["Client", "Event", "NotAvailable", "connect"]
 
-IdLike = Union[ObjectID, bytes]
+IdLike = Union[ObjectID, bytes, str]
+# What names one object (rather than a list of them): an ObjectID, its 20
+# bytes, or the 40 hex digits str(oid) prints.
+_ONE_ID = (ObjectID, bytes, bytearray, str)
 
 # Objects up to this size travel inside one create-and-seal message.
 _INLINE_PUT = 64 * 1024
@@ -110,7 +113,9 @@ class Client:
     ) -> _native.WritableBuffer:
         """Allocates an object of ``size`` bytes and returns its writable
         buffer (use it with ``memoryview`` or ``numpy.frombuffer``). Call
-        :meth:`seal` when it is written, then :meth:`release`.
+        :meth:`seal` when it is written. The creator's reference ends when
+        the buffer and every view of it are garbage, or at :meth:`release`,
+        whichever comes first; until then the object is never evicted.
 
         When the store is full of objects in use, waits up to ``wait``
         seconds (None: without limit) for other clients to release or delete
@@ -140,7 +145,8 @@ class Client:
             self._creating.pop(oid, None)
 
     def create_and_seal(self, object_id: IdLike, data: Any, metadata: bytes = b"") -> None:
-        """Creates, fills and seals a small object (up to 8 MiB) in one message."""
+        """Creates, fills and seals an object: in one message up to 8 MiB of
+        data and metadata, as create + copy + seal above that."""
         self._native.create_and_seal(as_bytes(object_id), data, bytes(metadata))
 
     def get_buffers(
@@ -154,8 +160,9 @@ class Client:
         return self._native.get_buffers(ids, _timeout_ms(timeout))
 
     def release(self, object_id: IdLike) -> None:
-        """Drops the reference :meth:`create` took. (Buffers from
-        :meth:`get_buffers` release themselves when garbage collected.)"""
+        """Drops the reference :meth:`create` took, now rather than when its
+        buffer is garbage (never counted twice). Buffers from
+        :meth:`get_buffers` release themselves when garbage collected."""
         self._native.release(as_bytes(object_id))
 
     # ------------------------------------------------------------ objects
@@ -216,7 +223,7 @@ class Client:
         >>> client.get(oid)["weights"].flags.writeable       # doctest: +SKIP
         False
         """
-        single = isinstance(object_id, (ObjectID, bytes, bytearray))
+        single = isinstance(object_id, _ONE_ID)
         ids = [object_id] if single else list(object_id)
         bufs = self.get_buffers(ids, timeout)
         out = [NotAvailable if b is None else serialization.read(b) for b in bufs]
@@ -230,14 +237,14 @@ class Client:
         With ``cluster=True`` (a store started with ``--cluster-listen``):
         true when it is sealed on any live member of the cluster, e.g.
         ``client.contains(oid, cluster=True)``."""
-        if isinstance(object_id, (ObjectID, bytes, bytearray)):
+        if isinstance(object_id, _ONE_ID):
             return self._native.contains([as_bytes(object_id)], cluster)[0]
         return self._native.contains([as_bytes(o) for o in object_id], cluster)
 
     def delete(self, object_ids: IdLike | Sequence[IdLike]) -> builtins.list[str]:
         """Deletes objects now, or when their last reference goes. One of
         "deleted", "deferred", "not_found" per id."""
-        if isinstance(object_ids, (ObjectID, bytes, bytearray)):
+        if isinstance(object_ids, _ONE_ID):
             object_ids = [object_ids]
         return self._native.delete([as_bytes(o) for o in object_ids])
 

@@ -5,10 +5,12 @@ Change one line::
     import pyarrow.plasma as plasma        # before (pyarrow <= 11)
     import ferroplasma.plasma as plasma    # after
 
-and run a ferroplasma store instead of ``plasma-store-server`` (or use
-:func:`start_plasma_store`, which starts one). Names, signatures and
-behaviour follow pyarrow 11; the differences are listed in
-docs/migrating-from-plasma.md.
+and run ``plasma_store -m BYTES -s SOCKET`` (ferroplasma's, with Plasma's
+flags) or :func:`start_plasma_store`, which starts one. Names, signatures
+and behaviour follow pyarrow 11; the differences are listed in
+docs/migrating-from-plasma.md. Code that cannot be edited (it imports
+``pyarrow.plasma`` or ``pyarrow._plasma`` itself) runs unchanged after
+:func:`alias_pyarrow`.
 
 >>> import ferroplasma.plasma as plasma
 >>> with plasma.start_plasma_store(10**8) as (socket_name, proc):   # doctest: +SKIP
@@ -33,8 +35,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _native, errors, serialization
-from ._ids import ObjectID
+from . import _native, _pyarrow_alias, errors, serialization
+from ._ids import ObjectID as _AnyObjectID
 from .store import start_store
 
 __all__ = [
@@ -45,9 +47,44 @@ __all__ = [
     "PlasmaObjectExists",
     "PlasmaObjectNotFound",
     "PlasmaStoreFull",
+    "alias_pyarrow",
     "connect",
     "start_plasma_store",
 ]
+
+
+def alias_pyarrow() -> None:
+    """Makes ``import pyarrow.plasma`` and ``from pyarrow._plasma import X``
+    give this module from now on, for code that cannot be edited (a
+    dependency, a test suite). Call it once, early (e.g. in a ``conftest.py``
+    or ``sitecustomize.py``); it imports nothing until such an import
+    happens.
+
+    >>> import ferroplasma.plasma
+    >>> ferroplasma.plasma.alias_pyarrow()
+    >>> from pyarrow._plasma import PlasmaObjectExists   # doctest: +SKIP
+    """
+    _pyarrow_alias.install()
+
+
+class ObjectID(_AnyObjectID):
+    """A 20-byte object id, as pyarrow.plasma's: ``ObjectID(20 bytes)``,
+    ``from_random()``, ``binary()``; ``str()`` and ``repr()`` print
+    ``ObjectID(<hex>)``. Equal to :class:`ferroplasma.ObjectID` of the same
+    bytes; anything but 20 bytes raises ``ValueError``."""
+
+    __slots__ = ()
+
+    def __init__(self, binary: bytes | bytearray | memoryview) -> None:
+        if not isinstance(binary, (bytes, bytearray, memoryview)):
+            raise errors.InvalidRequest(
+                f"an object id is 20 bytes, not {type(binary).__name__} {binary!r}"
+            )
+        super().__init__(binary)
+
+    def __str__(self) -> str:
+        return repr(self)
+
 
 try:  # the originals derived from pyarrow.lib.ArrowException
     from pyarrow.lib import ArrowException as _ArrowBase
@@ -118,7 +155,7 @@ def _plasma_errors() -> Iterator[None]:
 def _ids(object_ids: Sequence[ObjectID]) -> list[bytes]:
     out = []
     for oid in object_ids:
-        if not isinstance(oid, ObjectID):
+        if not isinstance(oid, _AnyObjectID):
             raise TypeError(f"expected an ObjectID, got {type(oid).__name__}")
         out.append(oid.binary())
     return out
@@ -331,8 +368,10 @@ class PlasmaClient:
     # ------------------------------------------------------------ notifications
 
     def subscribe(self) -> None:
-        """Subscribes to seal and delete notifications."""
-        self._subscription = self._c.subscribe()
+        """Subscribes to seal and delete notifications. The notification
+        socket carries them as Plasma's did: an 8-byte length, then one
+        notification."""
+        self._subscription = self._c.subscribe(plasma_framing=True)
 
     def _sub(self) -> _native.NativeSubscription:
         if self._subscription is None:
@@ -340,20 +379,19 @@ class PlasmaClient:
         return self._subscription
 
     def get_notification_socket(self) -> _socket.socket:
-        """The notification socket, for ``select``; decode what is read from
-        it with :meth:`decode_notifications`."""
+        """The notification socket, for ``select``. Each notification is an
+        8-byte length (``struct.unpack("L", sock.recv(8))``) followed by that
+        many bytes, which :meth:`decode_notifications` decodes."""
         return _socket.socket(fileno=os.dup(self._sub().fileno()))
 
     def decode_notifications(self, buf: Any) -> tuple[list[ObjectID], list[int], list[int]]:
-        """Decodes bytes read from the notification socket into
-        ``(object_ids, data_sizes, metadata_sizes)``; deletions have sizes -1."""
-        ids, data_sizes, meta_sizes = [], [], []
-        for kind, oid, ds, ms in _native.decode_events(bytes(buf)):
-            ids.append(ObjectID(oid))
-            deleted = kind == "deleted"
-            data_sizes.append(-1 if deleted else ds)
-            meta_sizes.append(-1 if deleted else ms)
-        return ids, data_sizes, meta_sizes
+        """Decodes one notification read from the notification socket (the
+        bytes after its length) into ``(object_ids, data_sizes,
+        metadata_sizes)``; deletions have sizes -1."""
+        kind, oid, ds, ms = _native.decode_plasma_event(bytes(buf))
+        if kind == "deleted":
+            return [ObjectID(oid)], [-1], [-1]
+        return [ObjectID(oid)], [ds], [ms]
 
     def get_next_notification(self) -> tuple[ObjectID, int, int]:
         """Waits for the next notification: ``(object_id, data_size,
@@ -364,10 +402,18 @@ class PlasmaClient:
         return ObjectID(oid), ds, ms
 
 
-def connect(store_socket_name: str, num_retries: int = -1) -> PlasmaClient:
+def connect(store_socket_name: str | os.PathLike, num_retries: int = -1) -> PlasmaClient:
     """Connects to the store at ``store_socket_name``, trying ``num_retries``
     times 100 ms apart (-1: 50 times, as pyarrow did). Raises an OSError
-    (``ferroplasma.StoreUnavailable``) when nothing answers."""
+    (``ferroplasma.StoreUnavailable``) when nothing answers, and TypeError
+    for a name that is not a path (``None`` included: unlike
+    ``ferroplasma.connect``, there is no default socket, as in pyarrow)."""
+    if not isinstance(store_socket_name, (str, os.PathLike)):
+        raise TypeError(
+            f"store_socket_name must be the store's socket path, "
+            f"not {type(store_socket_name).__name__}"
+        )
+    store_socket_name = os.fspath(store_socket_name)
     attempts = 50 if num_retries < 0 else max(1, num_retries)
     for attempt in range(attempts):
         try:
@@ -391,12 +437,9 @@ def start_plasma_store(
     """Starts a ferroplasma store with ``plasma_store_memory`` bytes on a
     fresh socket; yields ``(socket_name, process)`` and kills it on exit.
     ``use_valgrind``/``use_profiler`` applied to plasma's C++ binary and are
-    ignored; ``external_store`` is not supported."""
-    if external_store is not None:
-        raise NotImplementedError(
-            "external stores are not supported by ferroplasma (spilling to a directory "
-            "is planned as --spill-dir)"
-        )
+    ignored; with ``external_store``, evicted objects spill to a temporary
+    directory (``--spill-dir``) and come back on get, which is what Plasma's
+    external stores were for."""
     if use_valgrind or use_profiler:
         warnings.warn(
             "use_valgrind/use_profiler applied to plasma's C++ store; ignored",
@@ -405,12 +448,23 @@ def start_plasma_store(
         )
     tmp = tempfile.mkdtemp(prefix="test_plasma-")
     socket_name = os.path.join(tmp, "plasma.sock")
+    spill_dir = None
+    if external_store is not None:
+        spill_dir = os.path.join(tmp, "spill")
+        os.mkdir(spill_dir)
+        warnings.warn(
+            f"external stores ({external_store}) are replaced by spilling: evicted objects "
+            "go to a temporary directory and come back on get (ferroplasma store --spill-dir)",
+            UserWarning,
+            stacklevel=3,
+        )
     try:
         with start_store(
             str(int(plasma_store_memory)),
             socket=socket_name,
             dir=plasma_directory,
             hugepages=use_hugepages,
+            spill_dir=spill_dir,
         ) as store:
             yield socket_name, store.process
     finally:

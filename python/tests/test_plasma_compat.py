@@ -6,8 +6,10 @@ import os
 import pickle
 import select
 import signal
+import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -167,9 +169,8 @@ def test_evict_is_lru_by_release_time_and_spares_unsealed(client):
     [buf] = client.get_buffers([ids[0]])
     del buf
     eventually(lambda: client.list()[ids[0]]["ref_count"] == 0)
-    # The size an object occupies is its data rounded up to 64 bytes.
     freed = client.evict(size)
-    assert freed == (size + 63) // 64 * 64
+    assert freed == size
     assert [client.contains(i) for i in ids] == [True, False, True, True]
     client.evict(10 * size)
     assert [client.contains(i) for i in ids] == [False] * 4
@@ -187,8 +188,9 @@ def test_notifications(client):
     other = client.put_raw_buffer(b"xyz")
     ready, _, _ = select.select([sock], [], [], 5)
     assert ready
-    time.sleep(0.05)
-    ids, data_sizes, meta_sizes = client.decode_notifications(sock.recv(1 << 16))
+    # Plasma's framing: an 8-byte length, then one notification.
+    (length,) = struct.unpack("L", sock.recv(8))
+    ids, data_sizes, meta_sizes = client.decode_notifications(sock.recv(length))
     assert ids == [other] and data_sizes == [3] and meta_sizes == [0]
 
 
@@ -233,6 +235,191 @@ def test_start_plasma_store_options(tmp_path):
     with plasma.start_plasma_store(10_000_000, plasma_directory=str(tmp_path)) as (name, proc):
         assert plasma.connect(name).store_capacity() == 10_000_000
     assert proc.poll() is not None, "the store is stopped on exit"
-    with pytest.raises(NotImplementedError):
-        with plasma.start_plasma_store(10_000_000, external_store="hashtable://test"):
-            pass
+
+
+# ---------------------------------------------------------------- issue 16:
+# what Plasma's own suite and real Plasma programs rely on.
+
+
+def test_a_created_buffer_releases_the_object_when_garbage(client):
+    oid = random_object_id()
+    buf = client.create(oid, 1000)
+    view = np.frombuffer(buf, dtype=np.uint8)
+    view[:] = 7
+    client.seal(oid)
+    del buf
+    assert client.list()[oid]["ref_count"] == 1, "a view of the buffer still holds it"
+    assert client.evict(1) == 0
+    del view
+    eventually(lambda: client.list()[oid]["ref_count"] == 0, what="the creator's release")
+    assert client.evict(1) == 1000
+    assert not client.contains(oid)
+
+
+def test_an_explicit_release_and_the_buffer_are_one_reference(client):
+    oid = random_object_id()
+    buf = client.create(oid, 100)
+    client.seal(oid)
+    [got] = client.get_buffers([oid])
+    client.release(oid)
+    del buf
+    assert client.list()[oid]["ref_count"] == 1, "the get's reference is untouched"
+    del got
+    eventually(lambda: client.list()[oid]["ref_count"] == 0)
+
+
+def test_the_native_create_releases_with_its_buffer(store):
+    c = fp.connect(store[0])
+    oid = fp.ObjectID.random()
+    buf = c.create(oid, 64)
+    memoryview(buf)[:] = b"x" * 64
+    c.seal(oid)
+    assert c.list()[oid]["ref_count"] == 1
+    del buf
+    eventually(lambda: c.list()[oid]["ref_count"] == 0)
+    assert c.evict(1) == 64
+    c.delete(list(c.list()))
+
+
+def test_create_and_seal_of_large_objects(client):
+    big = MEMORY // 10 * b"a"
+    oid = random_object_id()
+    client.create_and_seal(oid, big, big)
+    [(meta, data)] = client.get_buffers([oid], with_meta=True)
+    assert data.size == len(big) and meta == big
+    del meta, data
+    with pytest.raises(plasma.PlasmaObjectExists):
+        client.create_and_seal(oid, big, b"")
+    # Objects of 20 MB each keep fitting: the older ones are evicted.
+    for _ in range(10):
+        client.create_and_seal(random_object_id(), big, big)
+    assert not client.contains(oid)
+
+
+def test_evict_returns_data_plus_metadata_bytes(client):
+    oid = random_object_id()
+    buf = client.create(oid, 1000, b"12345")
+    client.seal(oid)
+    del buf
+    eventually(lambda: client.list()[oid]["ref_count"] == 0)
+    assert client.evict(1) == 1005
+
+
+def test_object_id_errors_and_printing():
+    with pytest.raises(ValueError):
+        plasma.ObjectID("hello")
+    with pytest.raises(ValueError):
+        plasma.ObjectID(40 * "a")  # pyarrow took bytes only
+    oid = plasma.ObjectID(20 * b"\x01")
+    assert str(oid) == repr(oid) == "ObjectID(" + "01" * 20 + ")"
+    native = fp.ObjectID(20 * b"\x01")
+    assert str(native) == "01" * 20, "the native id keeps printing bare hex"
+    assert native == oid and hash(native) == hash(oid)
+    assert fp.ObjectID(str(native)) == native, "a printed id can be passed back"
+    assert pickle.loads(pickle.dumps(oid)) == oid
+    assert type(pickle.loads(pickle.dumps(oid))) is plasma.ObjectID
+
+
+def test_connect_none_raises_like_pyarrow():
+    with pytest.raises(TypeError):
+        plasma.connect(None)
+
+
+def test_pyarrow_plasma_and_its_private_module_alias():
+    code = (
+        "import ferroplasma.plasma, sys\n"
+        "assert 'pyarrow.plasma' not in sys.modules\n"
+        "ferroplasma.plasma.alias_pyarrow()\n"
+        "import pyarrow.plasma as plasma\n"
+        "from pyarrow._plasma import PlasmaObjectExists, PlasmaClient\n"
+        "import pyarrow as pa\n"
+        "assert plasma is ferroplasma.plasma and pa.plasma is plasma\n"
+        "assert PlasmaObjectExists is ferroplasma.plasma.PlasmaObjectExists\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_store_of_4000_bytes():
+    with plasma.start_plasma_store(4000) as (name, _):
+        client = plasma.connect(name)
+        assert client.store_capacity() == 4000
+        oid = client.put_raw_buffer(b"x" * 3000)
+        assert client.get_buffers([oid])[0].to_pybytes() == b"x" * 3000
+
+
+def test_start_plasma_store_with_an_external_store_spills():
+    with pytest.warns(UserWarning, match="spill"):
+        ctx = plasma.start_plasma_store(1000 * 1024, external_store="hashtable://test")
+        name, _ = ctx.__enter__()
+    try:
+        client = plasma.connect(name)
+        ids = [random_object_id() for _ in range(20)]
+        for i, oid in enumerate(ids):
+            client.create_and_seal(oid, bytes([i]) * 100 * 1024)
+        for i, oid in enumerate(ids):  # more than fits: they come back from disk
+            [buf] = client.get_buffers([oid])
+            assert buf.to_pybytes() == bytes([i]) * 100 * 1024
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def _plasma_store_cmd(name: str) -> list:
+    exe = os.path.join(os.path.dirname(sys.executable), name)
+    if not os.path.exists(exe):  # not installed as a console script here
+        pytest.skip(f"no {name} console script beside {sys.executable}")
+    return [exe]
+
+
+@pytest.mark.parametrize("name", ["plasma_store", "plasma-store-server"])
+def test_the_plasma_store_command(name, tmp_path):
+    # A NamedTemporaryFile's name as the socket: Plasma's store replaced it.
+    with tempfile.NamedTemporaryFile(dir=tmp_path, delete=False) as f:
+        socket_path = f.name
+    cmd = [*_plasma_store_cmd(name), "-m", "10000000", "-s", socket_path, "-e", "hashtable://x"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        client = plasma.connect(socket_path)
+        assert client.store_capacity() == 10_000_000
+        with open(f"/proc/{proc.pid}/comm") as comm:
+            # What `pgrep plasma_store` / `pkill plasma_store` look for.
+            assert comm.read().strip() == name[:15]
+        # A live store's socket is never replaced.
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        assert second.returncode != 0 and "already" in second.stderr
+        assert client.contains(client.put_raw_buffer(b"x"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "external stores" in err and "spill" in err
+
+
+def test_the_plasma_store_command_flags_and_refusals(tmp_path):
+    cmd = _plasma_store_cmd("plasma_store")
+    out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    assert all(flag in out.stdout for flag in ("-m", "-s", "-d", "-h", "-e"))
+    out = subprocess.run([*cmd, "-q"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "unrecognized" in out.stderr
+    # A directory at the socket path is never replaced.
+    out = subprocess.run(
+        [*cmd, "-m", "1000000", "-s", str(tmp_path)], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode != 0 and "not a socket" in out.stderr
+    assert tmp_path.is_dir()
+
+
+def test_ferroplasma_store_refuses_a_regular_file_and_says_what_to_do(tmp_path):
+    path = tmp_path / "plasma.sock"
+    path.write_text("keep me")
+    out = subprocess.run(
+        [sys.executable, "-m", "ferroplasma", "store", "-m", "1MiB", "-s", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode != 0
+    assert "not a socket" in out.stderr and "--replace-file" in out.stderr
+    assert path.read_text() == "keep me"

@@ -104,21 +104,32 @@ impl Drop for ObjectBuffer {
 }
 
 /// An object being created: write its data, then `Client::seal` it.
+/// Holds the creator's reference: dropping the buffer gives it back (unless
+/// `Client::release` already did), so a sealed object whose buffer is gone
+/// becomes evictable, as in Plasma.
 #[derive(Debug)]
 pub struct MutableBuffer {
-    pub(crate) _inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     pub(crate) id: ObjectId,
+    /// Which create this buffer came from (ids can be reused).
+    pub(crate) token: u64,
     pub(crate) data: *mut u8,
     pub(crate) data_len: usize,
 }
 
-// Safety: the pointer refers to the shared mapping kept alive by `_inner`;
+// Safety: the pointer refers to the shared mapping kept alive by `inner`;
 // the allocation belongs to this object alone until it is sealed.
 unsafe impl Send for MutableBuffer {}
 // Safety: through `&MutableBuffer` only the id, the length and the raw
 // pointer can be read; writing through that pointer is the caller's
 // (unsafe) responsibility.
 unsafe impl Sync for MutableBuffer {}
+
+impl Drop for MutableBuffer {
+    fn drop(&mut self) {
+        self.inner.release_creator(self.id, self.token);
+    }
+}
 
 impl MutableBuffer {
     /// The object's id.
@@ -129,7 +140,7 @@ impl MutableBuffer {
     /// The data area to fill.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // Safety: the range was bounds-checked against the mapping, which
-        // `_inner` keeps alive; the store gave this allocation to this client
+        // `inner` keeps alive; the store gave this allocation to this client
         // alone, and `&mut self` keeps the slice unique within the process.
         unsafe { std::slice::from_raw_parts_mut(self.data, self.data_len) }
     }

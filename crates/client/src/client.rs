@@ -2,6 +2,7 @@
 
 use crate::buffer::{Mapping, MutableBuffer, ObjectBuffer};
 use crate::connection::Conn;
+use crate::creators::{CreatorRelease, Creators};
 use crate::error::{ClientError, Result};
 use crate::subscription::Subscription;
 use ferroplasma_protocol::layout::metadata_offset;
@@ -78,6 +79,9 @@ pub(crate) struct Inner {
     writer: Mutex<UnixStream>,
     /// References this process holds, per object.
     held: Mutex<HashMap<ObjectId, u64, IdHasher>>,
+    /// The creator's reference of each object this client created: its
+    /// buffer's drop or an explicit `release` ends it, once.
+    creators: Mutex<Creators>,
     /// Releases not sent yet: they go out with the next request, or within
     /// [`RELEASE_DELAY`] by the flusher thread, as one message.
     deferred: Mutex<Deferred>,
@@ -167,6 +171,7 @@ impl Client {
                 max_inline: hs.reply.max_inline_size,
                 socket: path,
                 held: Mutex::new(HashMap::default()),
+                creators: Mutex::new(Creators::default()),
                 deferred: Mutex::new(Deferred::default()),
                 flusher_wake: Condvar::new(),
             }),
@@ -184,8 +189,12 @@ impl Client {
     }
 
     /// Creates an object of `data_size` bytes with `metadata`, and returns its
-    /// data area to fill. The creator holds a reference: after
-    /// [`Client::seal`], call [`Client::release`] (or use [`Client::put`]).
+    /// data area to fill; [`Client::seal`] then makes it immutable and
+    /// visible. The creator holds a reference, as in Plasma, which ends when
+    /// the returned buffer is dropped or at [`Client::release`], whichever
+    /// comes first (never twice); until then the object is not evicted. An
+    /// object the buffer was dropped for before its seal stays unsealed (and
+    /// in the store) until the seal or an abort.
     pub fn create(&self, id: ObjectId, data_size: u64, metadata: &[u8]) -> Result<MutableBuffer> {
         self.create_waiting(id, data_size, metadata, Some(Duration::ZERO))
     }
@@ -206,11 +215,19 @@ impl Client {
             Some(d) if d.is_zero() => 0,
             Some(d) => d.as_millis().clamp(1, i64::MAX as u128) as i64,
         };
+        // Metadata over the inline limit is written here, into the arena,
+        // instead of travelling in the request.
+        let inline = metadata.len() as u64 <= self.inner.max_inline;
         let body = self.call(request::Body::Create(pb::Create {
             object_id: id.0.to_vec(),
             data_size,
-            metadata: metadata.to_vec(),
+            metadata: if inline {
+                metadata.to_vec()
+            } else {
+                Vec::new()
+            },
             wait_ms,
+            metadata_size: if inline { 0 } else { metadata.len() as u64 },
         }))?;
         let reply::Body::Create(c) = body else {
             return Err(unexpected("Create", &body));
@@ -218,14 +235,26 @@ impl Client {
         let loc = c
             .location
             .ok_or_else(|| ClientError::Protocol("Create reply without location".into()))?;
-        let ptr = self.inner.checked_ptr(loc.offset, loc.data_size)?;
         self.inner.add_held(id);
-        Ok(MutableBuffer {
-            _inner: self.inner.clone(),
+        let token = self.inner.lock_creators().created(id);
+        // From here on, dropping the buffer gives the reference back.
+        let mut buf = MutableBuffer {
+            inner: self.inner.clone(),
             id,
-            data: ptr,
+            token,
+            data: std::ptr::null_mut(),
             data_len: loc.data_size as usize,
-        })
+        };
+        buf.data = self.inner.checked_ptr(loc.offset, loc.data_size)?;
+        if !inline {
+            let at = loc.offset + metadata_offset(loc.data_size);
+            let meta = self.inner.checked_ptr(at, metadata.len() as u64)?;
+            // Safety: `meta` points at `metadata.len()` bytes inside the
+            // mapping (checked above), in the allocation the store just gave
+            // this client alone; the source is a distinct Rust slice.
+            unsafe { std::ptr::copy_nonoverlapping(metadata.as_ptr(), meta, metadata.len()) };
+        }
+        Ok(buf)
     }
 
     /// Makes a created object immutable and visible to every client.
@@ -236,25 +265,32 @@ impl Client {
         .map(drop)
     }
 
-    /// Discards an object this client created and has not sealed.
+    /// Discards an object this client created and has not sealed (the
+    /// store takes the creator's reference with it).
     pub fn abort(&self, id: ObjectId) -> Result<()> {
         self.call(request::Body::Abort(pb::Abort {
             object_id: id.0.to_vec(),
         }))?;
-        self.inner.take_held(id);
+        if self.inner.lock_creators().aborted(id) {
+            self.inner.take_held(id);
+        }
         Ok(())
     }
 
-    /// Creates, fills and seals a small object in one message (no reference
-    /// is kept). Objects over the store's inline limit (8 MiB) are refused:
-    /// use [`Client::put`].
+    /// Creates, fills and seals an object (no reference is kept): in one
+    /// message when data and metadata fit the store's inline limit (8 MiB
+    /// together), else as create + copy + seal.
     pub fn create_and_seal(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
-        self.call(request::Body::CreateAndSeal(pb::CreateAndSeal {
-            object_id: id.0.to_vec(),
-            data: data.to_vec(),
-            metadata: metadata.to_vec(),
-        }))
-        .map(drop)
+        if (data.len() as u64).saturating_add(metadata.len() as u64) <= self.inner.max_inline {
+            return self
+                .call(request::Body::CreateAndSeal(pb::CreateAndSeal {
+                    object_id: id.0.to_vec(),
+                    data: data.to_vec(),
+                    metadata: metadata.to_vec(),
+                }))
+                .map(drop);
+        }
+        self.create_copy_seal(id, data, metadata)
     }
 
     /// Stores `data` and `metadata` under `id`: inline for small objects,
@@ -263,6 +299,10 @@ impl Client {
         if (data.len() as u64) <= self.inner.max_inline.min(64 * 1024) {
             return self.create_and_seal(id, data, metadata);
         }
+        self.create_copy_seal(id, data, metadata)
+    }
+
+    fn create_copy_seal(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
         let mut buf = self.create(id, data.len() as u64, metadata)?;
         buf.as_mut_slice().copy_from_slice(data);
         if let Err(e) = self.seal(id) {
@@ -344,12 +384,17 @@ impl Client {
         }
     }
 
-    /// Drops one reference this client holds to `id` (taken by `create`).
-    /// Buffers from [`Client::get`] release themselves when dropped.
-    /// Never waits: the release reaches the store with this client's next
-    /// request, or within [`RELEASE_DELAY`] (1 ms).
+    /// Drops the creator's reference to `id` if this client still holds it
+    /// (its [`MutableBuffer`]'s drop then gives nothing back); does nothing
+    /// if that buffer already gave it back; else drops one other reference
+    /// this client holds to it. Buffers from [`Client::get`] release
+    /// themselves when dropped. Never waits: the release reaches the store
+    /// with this client's next request, or within [`RELEASE_DELAY`] (1 ms).
     pub fn release(&self, id: ObjectId) -> Result<()> {
         self.inner.check_pid()?;
+        if self.inner.lock_creators().release(id) == CreatorRelease::AlreadyEnded {
+            return Ok(());
+        }
         if !self.inner.take_held(id) {
             return Err(ClientError::NotHeld(id));
         }
@@ -447,8 +492,9 @@ impl Client {
             .collect()
     }
 
-    /// Evicts least recently used, unreferenced objects until at least
-    /// `num_bytes` are freed. Returns `(bytes freed, objects evicted)`.
+    /// Evicts least recently used, unreferenced objects until objects of at
+    /// least `num_bytes` (data + metadata) are gone. Returns `(their data +
+    /// metadata bytes, objects evicted)`.
     pub fn evict(&self, num_bytes: u64) -> Result<(u64, u64)> {
         match self.call(request::Body::Evict(pb::Evict { num_bytes }))? {
             reply::Body::Evict(e) => Ok((e.freed_bytes, e.objects_evicted)),
@@ -475,8 +521,15 @@ impl Client {
 
     /// Opens a stream of seal and delete events (on a connection of its own).
     pub fn subscribe(&self) -> Result<Subscription> {
+        self.subscribe_framed(crate::EventFraming::ReplyFrames)
+    }
+
+    /// [`Client::subscribe`] with the events framed as `framing` says on the
+    /// socket (`PlasmaFrames`: as Plasma's notification socket, for callers
+    /// that read the socket themselves).
+    pub fn subscribe_framed(&self, framing: crate::EventFraming) -> Result<Subscription> {
         self.inner.check_pid()?;
-        Subscription::open(&self.inner.socket)
+        Subscription::open(&self.inner.socket, framing)
     }
 
     /// Sends a request (after any deferred releases, in the same write) and
@@ -562,6 +615,19 @@ fn unwrap_reply(reply: pb::Reply) -> Result<reply::Body> {
 impl Inner {
     fn lock_replies(&self) -> MutexGuard<'_, Replies> {
         self.replies.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_creators(&self) -> MutexGuard<'_, Creators> {
+        self.creators.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From a [`MutableBuffer`]'s drop: gives the creator's reference back
+    /// unless it already went (explicit release, abort) or belongs to a
+    /// later object with the same id.
+    pub(crate) fn release_creator(self: &Arc<Self>, id: ObjectId, token: u64) {
+        if self.check_pid().is_ok() && self.lock_creators().buffer_dropped(id, token) {
+            self.release_quietly(id);
+        }
     }
 
     fn lock_conn(&self) -> MutexGuard<'_, Conn> {

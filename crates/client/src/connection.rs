@@ -7,7 +7,7 @@ use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::PROTOCOL_VERSION;
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use prost::Message;
-use std::io::{IoSliceMut, Read, Write};
+use std::io::{IoSliceMut, Read};
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -17,9 +17,6 @@ use std::path::Path;
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub stream: UnixStream,
-    next_id: u64,
-    /// Encoded frames waiting to go out with the next write.
-    pub outbuf: Vec<u8>,
     /// Bytes read from the socket and not yet parsed.
     inbuf: Vec<u8>,
     /// Where the unparsed bytes in `inbuf` start and end.
@@ -44,8 +41,6 @@ impl Conn {
         })?;
         let mut conn = Conn {
             stream,
-            next_id: 1,
-            outbuf: Vec::new(),
             inbuf: vec![0; 64 * 1024],
             inpos: 0,
             inend: 0,
@@ -71,56 +66,6 @@ impl Conn {
             other => Err(ClientError::Protocol(format!(
                 "expected a Connect reply, got {other:?}"
             ))),
-        }
-    }
-
-    /// Queues a request (after whatever is already queued); returns its id.
-    pub fn queue(&mut self, body: request::Body) -> u64 {
-        let request_id = self.next_id;
-        self.next_id += 1;
-        let req = pb::Request {
-            request_id,
-            body: Some(body),
-        };
-        self.outbuf
-            .extend_from_slice(&(req.encoded_len() as u32).to_le_bytes());
-        req.encode(&mut self.outbuf).expect("Vec grows");
-        request_id
-    }
-
-    /// Writes everything queued in one call.
-    pub fn flush(&mut self) -> Result<()> {
-        if !self.outbuf.is_empty() {
-            let r = self.stream.write_all(&self.outbuf);
-            self.outbuf.clear();
-            r.map_err(ClientError::Disconnected)?;
-        }
-        Ok(())
-    }
-
-    /// Sends `body` and waits for its reply (an error reply becomes `Err`).
-    pub fn call(&mut self, body: request::Body) -> Result<reply::Body> {
-        let id = self.queue(body);
-        self.flush()?;
-        self.wait_reply(id)
-    }
-
-    /// Reads replies until the one for request `id` (an error reply becomes `Err`).
-    pub fn wait_reply(&mut self, id: u64) -> Result<reply::Body> {
-        loop {
-            let reply = self.read_reply()?;
-            if reply.request_id != id {
-                // Stray frames (request 0: an error about an earlier frame).
-                if let Some(reply::Body::Error(e)) = reply.body {
-                    return Err(e.into());
-                }
-                continue;
-            }
-            return match reply.body {
-                Some(reply::Body::Error(e)) => Err(e.into()),
-                Some(b) => Ok(b),
-                None => Err(ClientError::Protocol("empty reply".into())),
-            };
         }
     }
 }

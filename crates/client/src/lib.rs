@@ -8,15 +8,18 @@
 //! Module map:
 //! - [`client`] — [`Client`] and its operations; [`ObjectInfo`], [`DeleteStatus`], [`Stats`].
 //! - [`buffer`] — [`ObjectBuffer`] (sealed, read-only, releases on drop) and
-//!   [`MutableBuffer`] (being created).
+//!   [`MutableBuffer`] (being created; holds the creator's reference).
+//! - `creators` — the creator's reference of each created object: ended
+//!   once, by the buffer's drop or an explicit release.
 //! - [`subscription`] — [`Subscription`], a stream of seal/delete [`Event`]s.
 //! - [`error`] — [`ClientError`].
-//! - `connection` — the socket, handshake and request/reply framing.
+//! - `connection` — the socket, the handshake and reading replies.
 //! - `fork` — cheap detection of use after `fork()`.
 
 pub mod buffer;
 pub mod client;
 mod connection;
+mod creators;
 pub mod error;
 mod fork;
 pub mod subscription;
@@ -26,4 +29,6 @@ pub use client::{Client, ClusterStatus, DeleteStatus, ObjectInfo, Stats};
 pub use error::{ClientError, Result};
 pub use ferroplasma_protocol::pb::{MemberHealth, MemberStatus};
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
-pub use subscription::{decode_event_frames, Event, EventKind, Subscription};
+pub use subscription::{
+    decode_event_frames, decode_plasma_event, Event, EventFraming, EventKind, Subscription,
+};

@@ -2,10 +2,12 @@
 
 use crate::connection::Conn;
 use crate::error::{ClientError, Result};
-use ferroplasma_protocol::frame::{read_message, MAX_REPLY_FRAME};
+use ferroplasma_protocol::frame::{read_message, write_message, MAX_REPLY_FRAME};
+pub use ferroplasma_protocol::pb::EventFraming;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
 pub use ferroplasma_protocol::{Event, EventKind};
+use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
@@ -13,13 +15,32 @@ use std::time::Duration;
 #[derive(Debug)]
 pub struct Subscription {
     conn: Conn,
+    framing: EventFraming,
 }
 
 impl Subscription {
-    pub(crate) fn open(path: &Path) -> Result<Self> {
+    pub(crate) fn open(path: &Path, framing: EventFraming) -> Result<Self> {
         let mut conn = Conn::open(path, "subscription")?.conn;
-        conn.call(request::Body::Subscribe(pb::Subscribe {}))?;
-        Ok(Self { conn })
+        // Read the reply with exact reads, so that no event that follows it
+        // is buffered here: from now on the socket holds only events, and a
+        // caller may read it directly (`as_raw_fd`).
+        write_message(
+            &mut conn.stream,
+            &pb::Request {
+                request_id: 1,
+                body: Some(request::Body::Subscribe(pb::Subscribe {
+                    framing: framing as i32,
+                })),
+            },
+        )?;
+        let r: pb::Reply = read_message(&mut conn.stream, MAX_REPLY_FRAME)?;
+        match r.body {
+            Some(reply::Body::Ok(_)) => Ok(Self { conn, framing }),
+            Some(reply::Body::Error(e)) => Err(e.into()),
+            other => Err(ClientError::Protocol(format!(
+                "expected the Subscribe reply, got {other:?}"
+            ))),
+        }
     }
 
     /// Waits for the next event.
@@ -63,6 +84,25 @@ impl Subscription {
     }
 
     fn read(&mut self) -> Result<Event> {
+        if self.framing == EventFraming::PlasmaFrames {
+            let mut len = [0u8; 8];
+            self.conn
+                .stream
+                .read_exact(&mut len)
+                .map_err(ClientError::Disconnected)?;
+            let len = u64::from_le_bytes(len);
+            if len > MAX_REPLY_FRAME {
+                return Err(ClientError::Protocol(format!(
+                    "a {len}-byte event message is over the {MAX_REPLY_FRAME}-byte limit"
+                )));
+            }
+            let mut body = vec![0u8; len as usize];
+            self.conn
+                .stream
+                .read_exact(&mut body)
+                .map_err(ClientError::Disconnected)?;
+            return decode_plasma_event(&body);
+        }
         loop {
             let r: pb::Reply = read_message(&mut self.conn.stream, MAX_REPLY_FRAME)?;
             if let Some(e) = event_of(r)? {
@@ -85,24 +125,35 @@ impl Iterator for Subscription {
 /// The event in a reply frame, if it holds one.
 fn event_of(r: pb::Reply) -> Result<Option<Event>> {
     match r.body {
-        Some(reply::Body::Event(e)) => {
-            let id = ObjectId::from_slice(&e.object_id)
-                .map_err(|e| ClientError::Protocol(e.to_string()))?;
-            let kind = if e.kind == pb::EventKind::DeletedEvent as i32 {
-                EventKind::Deleted
-            } else {
-                EventKind::Sealed
-            };
-            Ok(Some(Event {
-                kind,
-                id,
-                data_size: e.data_size,
-                metadata_size: e.metadata_size,
-            }))
-        }
+        Some(reply::Body::Event(e)) => event(e).map(Some),
         Some(reply::Body::Error(e)) => Err(e.into()),
         _ => Ok(None),
     }
+}
+
+fn event(e: pb::Event) -> Result<Event> {
+    let id =
+        ObjectId::from_slice(&e.object_id).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let kind = if e.kind == pb::EventKind::DeletedEvent as i32 {
+        EventKind::Deleted
+    } else {
+        EventKind::Sealed
+    };
+    Ok(Event {
+        kind,
+        id,
+        data_size: e.data_size,
+        metadata_size: e.metadata_size,
+    })
+}
+
+/// Decodes the body of one message of a [`EventFraming::PlasmaFrames`]
+/// subscription (the bytes after its 8-byte length).
+pub fn decode_plasma_event(body: &[u8]) -> Result<Event> {
+    use prost::Message;
+    let e = pb::Event::decode(body)
+        .map_err(|e| ClientError::Protocol(format!("bad event message: {e}")))?;
+    event(e)
 }
 
 /// Decodes the complete event frames in `data` (bytes read from a

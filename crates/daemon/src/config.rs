@@ -24,6 +24,12 @@ pub struct StoreConfig {
     #[arg(long, value_name = "MODE", default_value = "600", value_parser = parse_mode)]
     pub socket_mode: u32,
 
+    /// If --socket names a regular file (e.g. a temporary file's name),
+    /// replace it with the socket, as Plasma's store did. A live store's
+    /// socket, a directory or anything else is never replaced.
+    #[arg(long)]
+    pub replace_file: bool,
+
     /// Put the arena in a file in DIR (a tmpfs or hugetlbfs mount) instead of
     /// an anonymous memfd. The file is unlinked at once, so nothing is left
     /// behind if the store dies.
@@ -138,6 +144,7 @@ impl StoreConfig {
             memory: None,
             socket: None,
             socket_mode: 0o600,
+            replace_file: false,
             dir: None,
             hugepages: false,
             prefault: false,
@@ -312,10 +319,8 @@ pub fn parse_memory(s: &str) -> Result<u64, String> {
         .with_binary()
         .parse_size(s.trim())
         .map_err(|e| format!("{e} (try e.g. 512MiB, 4GiB or a number of bytes)"))?;
-    if v < 4096 {
-        return Err(format!(
-            "{v} bytes is too small for a store (at least 4096)"
-        ));
+    if v == 0 {
+        return Err("a store needs some memory: give at least 1 byte".into());
     }
     Ok(v)
 }
@@ -365,7 +370,8 @@ mod tests {
         assert_eq!(parse_memory("4GiB").unwrap(), 4 << 30);
         assert_eq!(parse_memory("1000000").unwrap(), 1_000_000);
         assert!(parse_memory("lots").is_err());
-        assert!(parse_memory("12").is_err());
+        assert_eq!(parse_memory("4000").unwrap(), 4000);
+        assert!(parse_memory("0").is_err());
         assert_eq!(parse_mode("600").unwrap(), 0o600);
         assert!(parse_mode("999").is_err());
         assert_eq!(human(3 << 30), "3.0 GiB");

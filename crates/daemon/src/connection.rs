@@ -74,7 +74,9 @@ struct PendingCreate {
     request_id: u64,
     id: ObjectId,
     data_size: u64,
+    /// Metadata bytes the store writes (empty when the creator writes them).
     metadata: Vec<u8>,
+    metadata_size: u64,
     deadline: Option<Instant>,
     /// The id is claimed cluster-wide: release the claim if the create fails.
     claimed: bool,
@@ -114,7 +116,7 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Ar
         out: Vec::with_capacity(4096),
         rx,
         pending: Vec::new(),
-        subscribed: false,
+        subscribed: None,
     };
     let end = conn.run().await;
     match end {
@@ -229,7 +231,8 @@ struct Connection {
     creates: Vec<PendingCreate>,
     /// Woken when space may have been freed.
     space: std::sync::Arc<tokio::sync::Notify>,
-    subscribed: bool,
+    /// How events are framed, once the connection subscribed.
+    subscribed: Option<pb::EventFraming>,
     /// This store's cluster, if it is in one.
     cluster: Option<Arc<Cluster>>,
     /// Cluster operations report back through this channel.
@@ -356,7 +359,7 @@ impl Connection {
             );
             return Ok(());
         };
-        if self.subscribed {
+        if self.subscribed.is_some() {
             let msg = "a subscribed connection only receives events";
             self.push_error(rid, pb::ErrorCode::ProtocolViolation, msg);
             return Err(Close::Violation(msg.into()));
@@ -381,9 +384,20 @@ impl Connection {
                 pb::ErrorCode::ProtocolViolation,
                 "already connected".into(),
             )),
-            B::Create(c) => {
+            B::Create(mut c) => {
                 let id = parse_id(&c.object_id)?;
                 check_inline("metadata", c.metadata.len())?;
+                if !c.metadata.is_empty() {
+                    if c.metadata_size != 0 {
+                        return Err(refuse(
+                            pb::ErrorCode::InvalidRequest,
+                            "Create gives both metadata and metadata_size: send the bytes \
+                             (up to the inline limit) or only their size"
+                                .into(),
+                        ));
+                    }
+                    c.metadata_size = c.metadata.len() as u64;
+                }
                 if self.needs_claim(&id) {
                     self.start_claim(rid, id, B::Create(c));
                     return Ok(None);
@@ -486,9 +500,9 @@ impl Connection {
                     objects_evicted: count,
                 })))
             }
-            B::Subscribe(_) => {
+            B::Subscribe(s) => {
                 self.shared.lock().store.subscribe(client);
-                self.subscribed = true;
+                self.subscribed = Some(s.framing());
                 Ok(ok())
             }
             B::Stats(_) => {
@@ -641,7 +655,7 @@ impl Connection {
         c: pb::Create,
         claimed: bool,
     ) -> Result<Option<reply::Body>, Refusal> {
-        match self.try_create(id, c.data_size, &c.metadata) {
+        match self.try_create(id, c.data_size, c.metadata_size, &c.metadata) {
             Err(Waitable(e)) if c.wait_ms != 0 => {
                 tracing::debug!(client = self.client, %id, wait_ms = c.wait_ms, "create waits for space: {}", e.message);
                 self.creates.push(PendingCreate {
@@ -649,6 +663,7 @@ impl Connection {
                     id,
                     data_size: c.data_size,
                     metadata: c.metadata,
+                    metadata_size: c.metadata_size,
                     deadline: (c.wait_ms > 0)
                         .then(|| Instant::now() + Duration::from_millis(c.wait_ms as u64)),
                     claimed,
@@ -693,14 +708,16 @@ impl Connection {
 
     /// Creates an object. `Err(Waitable)` is a store-full refusal that
     /// waiting could cure; `Ok(Err)` any other refusal.
+    /// `metadata` is written when given; `meta` is its size (or the size of
+    /// the metadata the creator writes itself).
     fn try_create(
         &mut self,
         id: ObjectId,
         data_size: u64,
+        meta: u64,
         metadata: &[u8],
     ) -> Result<Result<reply::Body, Refusal>, Waitable> {
         let mut sh = self.shared.lock();
-        let meta = metadata.len() as u64;
         let fits_at_all = data_size.saturating_add(meta) <= sh.store.capacity();
         // Spill only for a create that can succeed (not for a taken id).
         let room = if sh.store.exists(&id) {
@@ -731,7 +748,7 @@ impl Connection {
     /// answers those whose wait ran out.
     fn retry_creates(&mut self, now: Option<Instant>) {
         for p in std::mem::take(&mut self.creates) {
-            match self.try_create(p.id, p.data_size, &p.metadata) {
+            match self.try_create(p.id, p.data_size, p.metadata_size, &p.metadata) {
                 Ok(Ok(body)) => self.push_reply(p.request_id, body),
                 Ok(Err(Refusal(e))) => {
                     if p.claimed {
@@ -808,7 +825,16 @@ impl Connection {
 
     fn on_notice(&mut self, notice: Notice) {
         match notice {
-            Notice::Event(e) => self.push_reply(0, reply::Body::Event(convert::event(&e))),
+            Notice::Event(e) => {
+                let event = convert::event(&e);
+                if self.subscribed == Some(pb::EventFraming::PlasmaFrames) {
+                    self.out
+                        .extend_from_slice(&(event.encoded_len() as u64).to_le_bytes());
+                    event.encode(&mut self.out).expect("Vec grows");
+                } else {
+                    self.push_reply(0, reply::Body::Event(event));
+                }
+            }
             Notice::Sealed(id) => {
                 let mut sh = self.shared.lock();
                 let mut still_missing = false;

@@ -11,7 +11,11 @@ pub enum DaemonError {
     )]
     AlreadyRunning(PathBuf),
     /// The socket path exists and is not a socket.
-    #[error("{0} exists and is not a socket; remove it or pass another --socket")]
+    #[error(
+        "{0} exists and is not a socket, so the store will not overwrite it: remove it, \
+         pass another --socket, or pass --replace-file to replace a regular file there \
+         (as Plasma's store did)"
+    )]
     NotASocket(PathBuf),
     /// A size that cannot be used for the arena.
     #[error("invalid memory size: {0}")]

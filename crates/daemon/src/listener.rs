@@ -1,5 +1,6 @@
 //! The store's Unix socket: refuse to start over a live store, replace a
-//! stale socket file, create it with restricted permissions, remove it at exit.
+//! stale socket file (and, when asked, a regular file), create it with
+//! restricted permissions, remove it at exit.
 
 use crate::DaemonError;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -20,21 +21,23 @@ impl Drop for SocketGuard {
     }
 }
 
-/// Binds a listening socket at `path` with permissions `mode`.
+/// Binds a listening socket at `path` with permissions `mode`; with
+/// `replace_file`, a regular file at `path` is removed first.
 pub fn bind(
     path: &Path,
     mode: u32,
+    replace_file: bool,
 ) -> Result<(std::os::unix::net::UnixListener, SocketGuard), DaemonError> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
+        if replace_file && meta.file_type().is_file() {
+            tracing::info!(path = %path.display(), "replacing a regular file with the socket (--replace-file)");
+            std::fs::remove_file(path)
+                .map_err(|e| DaemonError::io(format!("removing {}", path.display()), e))?;
+        } else if !meta.file_type().is_socket() {
             return Err(DaemonError::NotASocket(path.to_path_buf()));
+        } else {
+            replace_stale_socket(path)?;
         }
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(DaemonError::AlreadyRunning(path.to_path_buf()));
-        }
-        tracing::info!(path = %path.display(), "replacing a stale socket file");
-        std::fs::remove_file(path)
-            .map_err(|e| DaemonError::io(format!("removing stale {}", path.display()), e))?;
     }
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() && !parent.exists() {
@@ -66,4 +69,14 @@ pub fn bind(
             ino,
         },
     ))
+}
+
+/// Removes a socket file no store answers on; refuses a live one.
+fn replace_stale_socket(path: &Path) -> Result<(), DaemonError> {
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(DaemonError::AlreadyRunning(path.to_path_buf()));
+    }
+    tracing::info!(path = %path.display(), "replacing a stale socket file");
+    std::fs::remove_file(path)
+        .map_err(|e| DaemonError::io(format!("removing stale {}", path.display()), e))
 }

@@ -26,7 +26,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     let honest = config.check_backing(memory)?;
     let path = config.socket_path();
     let arena = Arena::create(memory, config.dir.as_deref(), config.hugepages)?;
-    let (std_listener, _guard) = listener::bind(&path, config.socket_mode)?;
+    let (std_listener, _guard) = listener::bind(&path, config.socket_mode, config.replace_file)?;
     if config.prefault {
         let t = std::time::Instant::now();
         arena.reserve()?;

@@ -263,9 +263,39 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
             data_size: u64::MAX,
             metadata: vec![],
             wait_ms: -1, // too big to ever fit: refused at once, no wait
+            metadata_size: 0,
         }),
     );
     assert_eq!(error_code(recv(&mut s)), Some(pb::ErrorCode::StoreFull));
+    // Metadata the client would write itself, of an absurd size.
+    send(
+        &mut s,
+        4,
+        request::Body::Create(pb::Create {
+            object_id: vec![5; 20],
+            data_size: 10,
+            metadata: vec![],
+            wait_ms: 0,
+            metadata_size: u64::MAX,
+        }),
+    );
+    assert_eq!(error_code(recv(&mut s)), Some(pb::ErrorCode::StoreFull));
+    // Both the metadata and a size for it: which is meant?
+    send(
+        &mut s,
+        4,
+        request::Body::Create(pb::Create {
+            object_id: vec![5; 20],
+            data_size: 10,
+            metadata: vec![1; 4],
+            wait_ms: 0,
+            metadata_size: 4,
+        }),
+    );
+    assert_eq!(
+        error_code(recv(&mut s)),
+        Some(pb::ErrorCode::InvalidRequest)
+    );
     // An empty request body (an unknown type from a newer client).
     let _ = s.write_all(&encode_frame(&pb::Request {
         request_id: 5,

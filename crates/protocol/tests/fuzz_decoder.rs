@@ -67,6 +67,7 @@ fn sample_requests() -> Vec<Vec<u8>> {
             data_size: 1 << 20,
             metadata: b"meta".to_vec(),
             wait_ms: 5,
+            metadata_size: 0,
         }),
         request::Body::Get(pb::Get {
             object_ids: pack_ids(&ids),

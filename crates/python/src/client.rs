@@ -257,9 +257,19 @@ impl NativeClient {
         Ok(d)
     }
 
-    /// A stream of seal/delete events on a new connection.
-    fn subscribe(&self, py: Python<'_>) -> PyResult<NativeSubscription> {
-        let s = py.detach(|| self.inner.subscribe()).py_err()?;
+    /// A stream of seal/delete events on a new connection; with
+    /// `plasma_framing`, the socket carries them as Plasma's notification
+    /// socket did (u64 length, then one event).
+    #[pyo3(signature = (plasma_framing=false))]
+    fn subscribe(&self, py: Python<'_>, plasma_framing: bool) -> PyResult<NativeSubscription> {
+        let framing = if plasma_framing {
+            ferroplasma_client::EventFraming::PlasmaFrames
+        } else {
+            ferroplasma_client::EventFraming::ReplyFrames
+        };
+        let s = py
+            .detach(|| self.inner.subscribe_framed(framing))
+            .py_err()?;
         Ok(NativeSubscription::new(s))
     }
 }

@@ -42,5 +42,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(default_socket, m)?)?;
     m.add_function(wrap_pyfunction!(subscription::decode_events, m)?)?;
+    m.add_function(wrap_pyfunction!(subscription::decode_plasma_event, m)?)?;
     Ok(())
 }

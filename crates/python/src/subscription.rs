@@ -76,3 +76,11 @@ pub fn decode_events<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Vec<EventTup
     let events = ferroplasma_client::decode_event_frames(data).map_err(crate::errors::to_py)?;
     Ok(events.into_iter().map(|e| tuple(py, e)).collect())
 }
+
+/// Decodes the body of one message read from a Plasma-framed subscription
+/// socket (the bytes after its 8-byte length) into a tuple.
+#[pyfunction]
+pub fn decode_plasma_event<'py>(py: Python<'py>, body: &[u8]) -> PyResult<EventTuple<'py>> {
+    let e = ferroplasma_client::decode_plasma_event(body).map_err(crate::errors::to_py)?;
+    Ok(tuple(py, e))
+}

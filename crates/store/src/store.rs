@@ -503,14 +503,19 @@ impl Store {
         }
     }
 
-    /// Evicts least recently used objects until at least `bytes` are freed
-    /// or nothing evictable is left. Returns `(bytes freed, objects evicted)`.
+    /// Evicts least recently used objects until objects of at least `bytes`
+    /// (data + metadata, as Plasma counted) are gone or nothing evictable is
+    /// left. Returns `(their data + metadata bytes, objects evicted)`.
     pub fn evict(&mut self, bytes: u64) -> (u64, u64, Effects) {
         let mut fx = Effects::default();
         let (mut freed, mut count) = (0, 0);
         while freed < bytes {
             let Some(id) = self.lru.oldest() else { break };
-            freed += self.evict_one(id, &mut fx);
+            freed += self
+                .objects
+                .get(&id)
+                .map_or(0, |e| e.location.data_size + e.location.metadata_size);
+            self.evict_one(id, &mut fx);
             count += 1;
         }
         (freed, count, fx)
