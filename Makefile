@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build run test test-rust test-python test-plasma lint fmt bench bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
+.PHONY: help build wheel run test test-rust test-python test-plasma lint fmt bench bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,12 @@ build: $(VENV)/.deps ## Build (release) the Python package into .venv, with the 
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release -q
 	@echo "built: $(VENV)/bin/ferroplasma and 'import ferroplasma' in $(VENV)"
 
+# A wheel for machines without Rust (manylinux, for the .venv's Python).
+wheel: $(VENV)/.deps ## Build a manylinux wheel into target/wheels/ (pip install it anywhere, no Rust needed)
+	rm -f target/wheels/ferroplasma-*.whl
+	$(VENV)/bin/maturin build --release -q -i $(VENV)/bin/python -o target/wheels
+	@ls target/wheels/ferroplasma-*.whl
+
 run: build ## Build and start a store with the defaults (Ctrl-C stops it); ARGS="..." adds flags
 	$(VENV)/bin/ferroplasma store $(ARGS)
 
@@ -31,7 +37,7 @@ test: test-rust test-python test-plasma ## Run every test (Rust, Python and Plas
 test-rust: ## Rust unit, property and integration tests
 	$(CARGO) test --workspace
 
-test-python: build ## Python tests (pytest) against real stores
+test-python: build wheel ## Python tests (pytest) against real stores
 	$(VENV)/bin/python -m pytest -q python/tests
 
 # Plasma's own tests, from the last pyarrow that shipped Plasma (fetched from

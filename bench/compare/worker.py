@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -137,11 +138,19 @@ def worker_main(system: str) -> int:
         replies.write(json.dumps(kw) + "\n")
         replies.flush()
 
+    scratch = scratch_dir()
+    try:
+        return _serve(a, scratch, reply)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _serve(a: Adapter, scratch: str, reply) -> int:
     for line in sys.stdin:
         cmd = json.loads(line)
         try:
             if cmd["cmd"] == "start":
-                a.start(cmd["capacity"], scratch_dir())
+                a.start(cmd["capacity"], scratch)
                 reply(ok=True, version=a.version())
             elif cmd["cmd"] == "run":
                 reply(ok=True, result=run_workload(a, cmd["workload"], cmd.get("params", {})))

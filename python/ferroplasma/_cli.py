@@ -13,25 +13,59 @@ import sys
 import tempfile
 import warnings
 
+#: The commands written in Python: (extra, modules they need).
+_PYTHON_COMMANDS = {
+    "scan-server": ("scan", ("duckdb", "pyarrow")),
+    "records": ("jobs", ("numpy",)),
+    "dataframe": ("jobs", ("numpy", "pandas", "pyarrow")),
+}
+
 
 def main() -> None:
     """Runs ``ferroplasma`` with the process's arguments."""
     args = sys.argv[1:]
-    if args and args[0] == "scan-server":
+    if len(args) >= 2 and args[0] == "help" and args[1] in _PYTHON_COMMANDS:
+        args = [args[1], *args[2:], "--help"]  # `ferroplasma help records`
+    if args and args[0] in _PYTHON_COMMANDS:
+        sys.exit(_run_python_command(args[0], args[1:]))
+    sys.exit(_run_native(["ferroplasma", *args]))
+
+
+def _run_python_command(name: str, argv: list[str]) -> int:
+    from ._optional import require
+    from .errors import MissingDependency
+
+    extra, modules = _PYTHON_COMMANDS[name]
+    try:
+        require(f"ferroplasma {name}", extra, *modules)
+    except MissingDependency as e:
+        print(f"ferroplasma {name}: error: {e}", file=sys.stderr)
+        return 1
+    if name == "scan-server":
         from .scan.cli import main as scan_server
 
-        sys.exit(scan_server(args[1:]))
-    if args and args[0] == "records":
+        return scan_server(argv)
+    if name == "records":
         from .jobs.cli import records_main
 
-        sys.exit(records_main(args[1:]))
-    if args and args[0] == "dataframe":
-        from .jobs.cli import dataframe_main
+        return records_main(argv)
+    from .jobs.cli import dataframe_main
 
-        sys.exit(dataframe_main(args[1:]))
+    return dataframe_main(argv)
+
+
+def _run_native(argv: list[str]) -> int:
+    """Runs a command of the native CLI. The store handles SIGINT and SIGTERM
+    itself (it shuts down cleanly and exits 0): Python's own SIGINT handling
+    is turned off for it, so that Ctrl-C does not also end in a
+    KeyboardInterrupt traceback once the store has stopped."""
+    import signal
+
     from . import _native
 
-    sys.exit(_native.run_cli(["ferroplasma", *args]))
+    if len(argv) > 1 and argv[1] == "store":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return _native.run_cli(argv)
 
 
 def _plasma_store_parser(prog: str) -> argparse.ArgumentParser:
@@ -65,8 +99,6 @@ def _plasma_store_parser(prog: str) -> argparse.ArgumentParser:
 def plasma_store(argv: list[str], prog: str = "plasma_store") -> int:
     """Runs a store with Plasma's command-line flags (``-m``, ``-s``, ``-d``,
     ``-h``, ``-e``); returns the exit code."""
-    from . import _native
-
     args = _plasma_store_parser(prog).parse_args(argv)
     cmd = ["ferroplasma", "store", "--replace-file"]
     if args.m is not None:
@@ -89,7 +121,7 @@ def plasma_store(argv: list[str], prog: str = "plasma_store") -> int:
         )
         cmd += ["--spill-dir", spill]
     try:
-        return _native.run_cli(cmd)
+        return _run_native(cmd)
     finally:
         if spill is not None:
             shutil.rmtree(spill, ignore_errors=True)

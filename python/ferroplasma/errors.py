@@ -18,6 +18,7 @@ __all__ = [
     "InvalidRequest",
     "JobError",
     "MalformedRecord",
+    "MissingDependency",
     "ObjectExists",
     "ObjectLost",
     "ObjectNotFound",
@@ -83,6 +84,12 @@ class ObjectNotHeld(FerroplasmaError, ValueError):
 
 class ForkedClient(FerroplasmaError, RuntimeError):
     """A client was used in a child process after fork(): connect a new one."""
+
+
+class MissingDependency(FerroplasmaError, ImportError):
+    """An optional package a feature needs is not installed; the message
+    says what to install (``pip install '.[jobs]'`` in a checkout, or the
+    packages by name)."""
 
 
 class ObjectLost(FerroplasmaError, LookupError):

@@ -57,7 +57,9 @@ def start_store(
     ``memory`` accepts "512MiB", "4GiB" or bytes; ``socket`` defaults to a
     fresh temporary path; other keyword arguments become flags of
     ``ferroplasma store`` (``prefault=True`` → ``--prefault``,
-    ``dir="/dev/shm"`` → ``--dir /dev/shm``).
+    ``dir="/dev/shm"`` → ``--dir /dev/shm``). The store runs in a session
+    of its own, so a Ctrl-C in the terminal interrupts the program, not the
+    store under it; the store stops when the block ends.
 
     >>> import ferroplasma as fp
     >>> with fp.start_store("256MiB") as store:        # doctest: +SKIP
@@ -71,8 +73,15 @@ def start_store(
     args = [sys.executable, "-m", "ferroplasma", "store", "--memory", str(memory)]
     args += ["--socket", socket, *_flags(options)]
     with open(log_path, "wb") as log:
+        # A session of its own: Ctrl-C in a terminal interrupts this program,
+        # which then stops the store as the block ends, instead of killing
+        # the store under it.
         proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
     try:
         _wait_ready(proc, socket, log_path, timeout)

@@ -356,12 +356,15 @@ def test_no_server_and_a_wrong_token_are_clear_errors(root):
     with pytest.raises(ValueError, match="HOST:PORT"):
         fp.scan.connect("no-port")
     with fp.scan.ScanServer("127.0.0.1:0", root, token="s3cret").start() as srv:
-        with pytest.raises(fp.errors.AccessDenied, match="token"):
+        with pytest.raises(fp.errors.AccessDenied, match="needs a token"):
             fp.scan.connect(srv.address)
-        with pytest.raises(fp.errors.AccessDenied, match="token"):
+        with pytest.raises(fp.errors.AccessDenied, match="wrong scan token"):
             fp.scan.connect(srv.address, token="wrong")
         with fp.scan.connect(srv.address, token="s3cret") as c:
             assert c.to_table("SELECT 7 AS x", "rows.parquet")["x"][0].as_py() == 7
+    with fp.scan.ScanServer("127.0.0.1:0", root).start() as srv:
+        with pytest.raises(fp.errors.AccessDenied, match="takes no token"):
+            fp.scan.connect(srv.address, token="s3cret")
 
 
 def test_into_store_lands_each_batch_in_the_store_over_tcp(scan, root):

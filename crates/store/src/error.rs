@@ -12,10 +12,7 @@ pub enum StoreError {
     #[error("object {0} not found")]
     ObjectNotFound(ObjectId),
     /// The object does not fit, even after evicting every evictable object.
-    #[error(
-        "store full: {requested} bytes requested, {free} free, {evictable} evictable, \
-         capacity {capacity}; release or delete objects, or start the store with more --memory"
-    )]
+    #[error("{}", store_full(*.requested, *.free, *.evictable, *.capacity))]
     StoreFull {
         /// Bytes the allocation needed.
         requested: u64,
@@ -61,4 +58,43 @@ pub enum StoreError {
     /// Release of an object this client holds no reference to.
     #[error("client holds no reference to object {0}")]
     NotHeld(ObjectId),
+}
+
+/// The message of [`StoreError::StoreFull`], with the advice that fits.
+fn store_full(requested: u64, free: u64, evictable: u64, capacity: u64) -> String {
+    if requested > capacity {
+        format!(
+            "store full: the object needs {requested} bytes, more than the whole store \
+             ({capacity} bytes); start the store with more --memory"
+        )
+    } else {
+        format!(
+            "store full: {requested} bytes requested, {free} free, {evictable} evictable, \
+             capacity {capacity}; release or delete objects, or start the store with more --memory"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_full_advice_fits_the_case() {
+        let too_big = StoreError::StoreFull {
+            requested: 5000,
+            free: 4000,
+            evictable: 0,
+            capacity: 4000,
+        };
+        let msg = too_big.to_string();
+        assert!(msg.contains("more than the whole store") && !msg.contains("release or delete"));
+        let crowded = StoreError::StoreFull {
+            requested: 3000,
+            free: 100,
+            evictable: 0,
+            capacity: 4000,
+        };
+        assert!(crowded.to_string().contains("release or delete objects"));
+    }
 }

@@ -17,12 +17,17 @@ Modules:
   input (``records validate``);
 - :mod:`~ferroplasma.jobs.cli` — ``ferroplasma records gen|sort|validate``.
 
-Both jobs need numpy and pandas (``pip install ferroplasma[jobs]``).
+Both jobs need numpy and pandas: ``pip install numpy pandas pyarrow tqdm``
+(or ``pip install '.[jobs]'`` in a ferroplasma checkout).
 """
 
 from __future__ import annotations
 
-from .dataframe import sort_dataframe
-from .pool import Pool, default_socket, job_store
+from .._optional import require
+
+require("ferroplasma.jobs", "jobs", "numpy", "pandas")
+
+from .dataframe import sort_dataframe  # noqa: E402 - after the dependency check
+from .pool import Pool, default_socket, job_store  # noqa: E402
 
 __all__ = ["Pool", "default_socket", "job_store", "sort_dataframe"]

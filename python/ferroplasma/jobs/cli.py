@@ -4,12 +4,14 @@ from the command line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
 from typing import Any
 
-from ..errors import FerroplasmaError, JobError
+from ..client import Client
+from ..errors import FerroplasmaError, JobError, StoreUnavailable
 from .pool import default_socket
 
 RECORDS_HELP = """\
@@ -43,9 +45,12 @@ in the store).
 
 def _progress_factory(enabled: bool):
     """A bar per phase: tqdm (bytes, with throughput) when it is installed
-    and stderr is a terminal or enabled explicitly; plain lines otherwise."""
+    and stderr is a terminal; a plain line per 10 % otherwise (a log file
+    gets no carriage returns); nothing when not ``enabled``."""
     if not enabled:
         return None
+    if not sys.stderr.isatty():
+        return _LineProgress
     try:
         from tqdm import tqdm
     except ImportError:
@@ -165,7 +170,8 @@ def records_main(argv: list[str]) -> int:
         print(f"ferroplasma records {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"ferroplasma records {args.command}: interrupted", file=sys.stderr)
+        left = "; no part files were written" if args.command == "sort" else ""
+        print(f"ferroplasma records {args.command}: interrupted{left}", file=sys.stderr)
         return 130
     return 0
 
@@ -210,6 +216,9 @@ def dataframe_main(argv: list[str]) -> int:
     except (FerroplasmaError, OSError, ValueError) as e:
         print(f"ferroplasma dataframe sort: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("ferroplasma dataframe sort: interrupted; nothing was written", file=sys.stderr)
+        return 130
 
 
 def _dataframe_sort(args: argparse.Namespace) -> int:
@@ -226,6 +235,16 @@ def _dataframe_sort(args: argparse.Namespace) -> int:
         raise JobError(f"--descending names {sorted(unknown)}, which are not --by columns")
     frame = _read_table(args.input) if args.input else None
     size = int(frame.memory_usage(deep=True).sum()) if frame is not None else 0
+    if frame is None:
+        # --objects: the partitions are in a running store; a private store
+        # would hold none of them.
+        try:
+            Client(args.socket)
+        except StoreUnavailable:
+            raise JobError(
+                f"no store answers at {args.socket}: --objects names DataFrames in a running "
+                "store; pass the socket of the store that holds them (--socket)"
+            ) from None
     with job_store(args.socket, max(256 * 2**20, 4 * size), _say) as client:
         if frame is not None:
             k = args.partitions or args.workers or 1
@@ -246,7 +265,14 @@ def _dataframe_sort(args: argparse.Namespace) -> int:
             import pyarrow.parquet as pq
 
             frames = client.get(out)
-            pq.write_table(pa.Table.from_pandas(pd.concat(frames)), args.output)
+            # Written under a temporary name, renamed when complete.
+            temp = f"{args.output}.tmp-{os.getpid()}"
+            try:
+                pq.write_table(pa.Table.from_pandas(pd.concat(frames)), temp)
+                os.replace(temp, args.output)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(temp)
             rows = sum(len(f) for f in frames)
             del frames
             client.delete(out)

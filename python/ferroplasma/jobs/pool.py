@@ -11,6 +11,7 @@ import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -28,6 +29,9 @@ _CLIENT_ERROR: Exception | None = None
 
 def _init_worker(socket: str | None) -> None:
     global _CLIENT, _CLIENT_ERROR
+    # Ctrl-C in a terminal reaches every process of the foreground group:
+    # the driver handles it (finishing or discarding what runs), not workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if socket is not None:
         try:
             _CLIENT = Client(socket)

@@ -21,6 +21,7 @@ of every map object (zero-copy views), merge them and write
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -255,6 +256,9 @@ def sort_records(
         )
     for f in old:
         os.remove(os.path.join(output_dir, f))
+    for f in os.listdir(output_dir):  # left by a sort that was killed
+        if f.startswith(".part-") and f.endswith(".tmp"):
+            os.remove(os.path.join(output_dir, f))
     spill = tempfile.mkdtemp(prefix=".ferroplasma-spill-", dir=spill_dir or output_dir)
     started = time.perf_counter()
     try:
@@ -292,6 +296,7 @@ def _run_sort(
     # Room kept for the splits other workers may be placing at the same time.
     reserve = max((n for _, _, n in splits), default=0) * (pool.workers - 1)
     held: dict[int, Any] = {}  # map index -> buffer (keeps its object in the store)
+    temps: list[str] = []  # reduce outputs not renamed yet
     results: list[Any] = [None] * len(splits)
     store_bytes = spilled = 0
     t0 = time.perf_counter()
@@ -315,17 +320,27 @@ def _run_sort(
         bar.close()
         t1 = time.perf_counter()
         bar = progress_bar(progress, "reduce", total)
+        # Reducers write hidden temporary files; they take their names only
+        # once every partition is complete, so an interrupted or failed sort
+        # leaves no part files behind.
         outputs = [os.path.join(output_dir, f"part-{p:05d}") for p in range(partitions)]
+        temps = [os.path.join(output_dir, f".part-{p:05d}.tmp") for p in range(partitions)]
         tasks = []
         for p in range(partitions):
             sources = [(w, ref, e[p], e[p + 1]) for w, ref, e in results]
-            tasks.append((p, sources, outputs[p]))
+            tasks.append((p, sources, temps[p]))
         for _, written in pool.run_all(_reduce_task, tasks):
             bar.update(written)
+        for temp, out in zip(temps, outputs):
+            os.replace(temp, out)
+        temps = []
         bar.close()
         t2 = time.perf_counter()
     finally:
         bar.close()
+        for temp in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temp)
         ids = [ObjectID(r[1]) for r in results if r is not None and r[0] == "store"]
         held.clear()
         if ids:

@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import arrow_layout, serialization
 from .._ids import ObjectID
+from .._optional import require
 from ..errors import (
     AccessDenied,
     DatasetNotFound,
@@ -51,6 +52,7 @@ class ScanClient:
     uses a connection of its own, so scans can run side by side."""
 
     def __init__(self, address: str, token: str | None = None, timeout: float | None = 30.0):
+        require("the scan client (fp.scan)", "scan", "pyarrow")
         self.address = address
         self._token = token or ""
         self._timeout = timeout

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import arrow_layout, serialization
 from .._ids import ObjectID
+from .._optional import require
 from ..errors import AccessDenied, FerroplasmaError, ProtocolError, QueryError, ScanError
 from . import engine, wire
 from .transport import TcpTransport, Transport, parse_address
@@ -125,6 +126,7 @@ class ScanServer:
         store_socket: str | None = None,
         threads: int | None = None,
     ) -> None:
+        require("the scan server", "scan", "duckdb", "pyarrow")
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise FileNotFoundError(f"scan root {root} is not a directory")
@@ -249,7 +251,16 @@ class ScanServer:
             return False
         given = str(fields.get("token") or "").encode()
         if not hmac.compare_digest(given, self.token.encode()):
-            wire.send(t, wire.ERROR, {"code": "auth", "message": "wrong or missing scan token"})
+            if not self.token:
+                why = (
+                    "this scan server takes no token (it was started without --token): "
+                    "connect without one"
+                )
+            elif not given:
+                why = "this scan server needs a token: connect with token=... (its --token)"
+            else:
+                why = "wrong scan token"
+            wire.send(t, wire.ERROR, {"code": "auth", "message": why})
             return False
         wire.send(t, wire.READY, {"version": wire.VERSION})
         return True

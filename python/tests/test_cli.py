@@ -1,0 +1,167 @@
+"""The commands as a person at a terminal meets them: Ctrl-C, help, logs,
+interrupted jobs, and the messages of the common mistakes."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import ferroplasma as fp
+
+FP = [sys.executable, "-m", "ferroplasma"]
+
+
+def _under_pty(argv: list[str], ready: bytes, tmp_path) -> tuple[int, str]:
+    """Runs argv on a pseudo-terminal, types Ctrl-C once `ready` was printed;
+    returns (exit code, everything printed)."""
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec the command on the terminal
+        os.chdir(tmp_path)
+        os.execvp(argv[0], argv)
+    out = b""
+    deadline = time.monotonic() + 60
+    sent = False
+    while time.monotonic() < deadline:
+        if not sent and ready in out:
+            os.write(fd, b"\x03")  # what the terminal turns into SIGINT
+            sent = True
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # the child is gone and the terminal closed
+                break
+            if not chunk:
+                break
+            out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert sent, f"never saw {ready!r}: {out.decode(errors='replace')}"
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace")
+
+
+@pytest.mark.parametrize("command", [["store"], ["plasma_store"]])
+def test_ctrl_c_stops_the_store_cleanly(command, tmp_path):
+    sock = tmp_path / "s.sock"
+    if command == ["plasma_store"]:
+        exe = os.path.join(os.path.dirname(sys.executable), "plasma_store")
+        argv = [exe, "-m", "10000000", "-s", str(sock)]
+    else:
+        argv = [*FP, "store", "-m", "16MiB", "-s", str(sock)]
+    code, out = _under_pty(argv, b"ready", tmp_path)
+    assert code == 0, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    assert "SIGINT" in out and not sock.exists()
+
+
+def test_help_names_the_python_commands():
+    for name in ("records", "scan-server", "dataframe"):
+        r = subprocess.run([*FP, "help", name], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and f"ferroplasma {name}" in r.stdout, r.stderr
+
+
+def _gen(tmp_path, size="60MB"):
+    inp = tmp_path / "in"
+    r = subprocess.run(
+        [*FP, "records", "gen", "--size", size, "--files", "4", "--out", str(inp), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    return inp
+
+
+def _interrupt_mid_map(argv: list[str]) -> tuple[int, str]:
+    """Starts argv in a process group of its own and, once the map phase
+    reports progress, sends SIGINT to the whole group, as Ctrl-C does."""
+    p = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    err = ""
+    for line in p.stderr:
+        err += line
+        if line.startswith("map:"):
+            os.killpg(p.pid, signal.SIGINT)
+            break
+    err += p.stderr.read()
+    return p.wait(60), err
+
+
+def test_a_records_sort_interrupted_mid_map_leaves_nothing(tmp_path):
+    inp, out = _gen(tmp_path), tmp_path / "out"
+    sort = [
+        *FP, "records", "sort", "--input", str(inp), "--output", str(out), "--partitions", "8",
+        "--split-size", "2MiB", "--workers", "2", "--socket", str(tmp_path / "none.sock"),
+    ]  # fmt: skip
+    code, err = _interrupt_mid_map(sort)
+    assert code == 130, err
+    assert "Traceback" not in err and "Broken pipe" not in err, err
+    assert err.strip().splitlines()[-1].endswith("interrupted; no part files were written")
+    assert "started a private store" in err
+    private_socket = err.split("(socket ")[1].split(",")[0]
+    assert not os.path.exists(private_socket), "the private store was stopped"
+    assert [f for f in os.listdir(out) if "part" in f] == []
+    # The next run needs no --overwrite.
+    r = subprocess.run([*sort, "--quiet"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == [f"part-{p:05d}" for p in range(8)]
+
+
+def test_a_records_sort_on_a_shared_store_interrupted_leaves_the_store_empty(tmp_path):
+    inp, out = _gen(tmp_path, "30MB"), tmp_path / "out"
+    with fp.start_store("256MiB") as store:
+        sort = [
+            *FP, "records", "sort", "--input", str(inp), "--output", str(out),
+            "--partitions", "4", "--split-size", "1MiB", "--workers", "2",
+            "--socket", store.socket,
+        ]  # fmt: skip
+        code, err = _interrupt_mid_map(sort)
+        assert code == 130 and "Traceback" not in err, err
+        assert [f for f in os.listdir(out) if "part" in f] == []
+        client = store.connect()
+        assert client.list() == {}, "the job's objects were deleted"
+
+
+def test_progress_in_a_log_file_has_no_carriage_returns(tmp_path):
+    log = tmp_path / "gen.log"
+    with open(log, "w") as f:
+        r = subprocess.run(
+            [*FP, "records", "gen", "--size", "2MB", "--out", str(tmp_path / "g")],
+            stderr=f,
+            timeout=120,
+        )
+    assert r.returncode == 0
+    text = log.read_text()
+    assert "\r" not in text and "100%" in text
+
+
+def test_dataframe_sort_of_objects_without_a_store_says_so(tmp_path):
+    r = subprocess.run(
+        [*FP, "dataframe", "sort", "--objects", "ab" * 20, "--by", "k",
+         "--socket", str(tmp_path / "none.sock")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "no store answers" in r.stderr and "private" not in r.stderr
+
+
+def test_an_object_larger_than_the_store_gets_the_right_advice():
+    with fp.start_store("1MiB") as store:
+        with pytest.raises(fp.StoreFull, match="more than the whole store") as e:
+            store.connect().put(b"x" * (2 << 20))
+        assert "release or delete" not in str(e.value)
+
+
+def test_printed_ids_can_be_passed_back(client):
+    oid = client.put("hello")
+    assert client.get(str(oid)) == "hello"
+    assert fp.ObjectID(str(oid)) == oid
+    assert client.contains(str(oid)) and client.delete(str(oid)) == ["deleted"]
+    with pytest.raises(fp.InvalidRequest, match="40 hex digits"):
+        client.get("not an id")
