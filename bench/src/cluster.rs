@@ -250,9 +250,7 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
             for id in &ids {
                 let mut buf = a.create(*id, size as u64, b"")?;
                 buf.as_mut_slice().copy_from_slice(&payload);
-                drop(buf);
-                a.seal(*id)?;
-                a.release(*id)?;
+                drop(a.seal(buf)?);
             }
             create.push(t.elapsed().as_secs_f64());
             for (client, get, read) in [(&a, &mut lget, &mut lread), (&b, &mut rget, &mut rread)] {

@@ -122,8 +122,7 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             let t = Instant::now();
             let mut buf = client.create(id, 1024, b"")?;
             buf.as_mut_slice().copy_from_slice(&payload);
-            client.seal(id)?;
-            client.release(id)?;
+            drop(client.seal(buf)?); // the sealed buffer's drop releases it
             out.push(t.elapsed());
             client.delete(&[id])?;
             Ok(())

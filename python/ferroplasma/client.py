@@ -16,6 +16,7 @@ from typing import (
 
 from . import _native, serialization
 from ._ids import ObjectID, as_bytes
+from .errors import InvalidObjectState, ObjectNotFound
 
 __all__ = ["Client", "Event", "NotAvailable", "connect"]
 
@@ -131,18 +132,20 @@ class Client:
 
     def seal(self, object_id: IdLike) -> None:
         """Makes a created object immutable and visible to every client.
-        New views of its buffer are read-only from now on."""
+        New views of its buffer are read-only from now on. Raises
+        ObjectNotFound if this client is creating no such object,
+        InvalidObjectState if it is sealed already."""
         oid = as_bytes(object_id)
         with self._lock:
             buf = self._creating.pop(oid, None)
-        self._native.seal(oid, buf)
+        self._native.seal(created_buffer(self._native, oid, buf))
 
     def abort(self, object_id: IdLike) -> None:
         """Discards an object this client created and has not sealed."""
         oid = as_bytes(object_id)
-        self._native.abort(oid)
         with self._lock:
-            self._creating.pop(oid, None)
+            buf = self._creating.pop(oid, None)
+        self._native.abort(created_buffer(self._native, oid, buf))
 
     def create_and_seal(self, object_id: IdLike, data: Any, metadata: bytes = b"") -> None:
         """Creates, fills and seals an object: in one message up to 8 MiB of
@@ -196,11 +199,11 @@ class Client:
             view = memoryview(buf)
             plan.fill(view)
             view.release()
-            self._native.seal(raw, buf)
+            self._native.seal(buf)
         except BaseException:
             # The first error is the one to report.
             with contextlib.suppress(Exception):
-                self._native.abort(raw)
+                self._native.abort(buf)
             raise
         self._native.release(raw)
         return oid
@@ -354,3 +357,15 @@ def default_client() -> Client:
             _default = Client(None)
             _default_pid = os.getpid()
         return _default
+
+
+def created_buffer(
+    native: _native.NativeClient, oid: bytes, buf: _native.WritableBuffer | None
+) -> _native.WritableBuffer:
+    """The buffer of an object this client is creating, for seal or abort;
+    the error that fits when there is none."""
+    if buf is not None:
+        return buf
+    if native.contains([oid])[0]:
+        raise InvalidObjectState(f"object {oid.hex()} is sealed already")
+    raise ObjectNotFound(f"this client is creating no object {oid.hex()}")

@@ -37,6 +37,7 @@ from typing import Any
 
 from . import _native, _pyarrow_alias, errors, serialization
 from ._ids import ObjectID as _AnyObjectID
+from .client import created_buffer
 from .store import start_store
 
 __all__ = [
@@ -196,7 +197,7 @@ class PlasmaClient:
         """Makes a created object immutable and visible to all clients."""
         raw = _ids([object_id])[0]
         with _plasma_errors():
-            self._c.seal(raw, self._creating.pop(raw, None))
+            self._c.seal(created_buffer(self._c, raw, self._creating.pop(raw, None)))
 
     def release(self, object_id: ObjectID) -> None:
         """Tells the store this client no longer needs the object. Buffers
@@ -218,7 +219,7 @@ class PlasmaClient:
         with _plasma_errors():
             buf = self._c.create(oid.binary(), data.nbytes, bytes(metadata))
             memoryview(buf)[:] = data
-            self._c.seal(oid.binary(), buf)
+            self._c.seal(buf)
             self._c.release(oid.binary())
         return oid
 
@@ -245,7 +246,7 @@ class PlasmaClient:
             view = memoryview(buf)
             plan.fill(view)
             view.release()
-            self._c.seal(oid.binary(), buf)
+            self._c.seal(buf)
             self._c.release(oid.binary())
         return oid
 

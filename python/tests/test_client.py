@@ -64,6 +64,33 @@ def test_out_of_bounds_access_raises(client):
         memoryview(b)[10**6]
 
 
+def test_seal_and_abort_only_what_this_client_is_creating(client, store):
+    oid = fp.ObjectID.random()
+    with pytest.raises(fp.ObjectNotFound, match="creating no object"):
+        client.seal(oid)
+    buf = client.create(oid, 8)
+    other = store.connect()
+    with pytest.raises(fp.ObjectNotFound):
+        other.seal(oid)  # another client's object
+    client.seal(oid)
+    with pytest.raises(fp.InvalidObjectState, match="sealed already"):
+        client.seal(oid)
+    with pytest.raises(fp.InvalidObjectState, match="sealed already"):
+        client.abort(oid)
+    assert memoryview(buf).readonly  # new views of a sealed buffer
+    with pytest.raises(TypeError):
+        memoryview(buf)[0] = 1
+    # The native buffer refuses a second seal or an abort after the seal.
+    raw = fp.ObjectID.random().binary()
+    native = client._native
+    wb = native.create(raw, 8, b"")
+    native.seal(wb)
+    with pytest.raises(fp.InvalidObjectState, match="already sealed"):
+        native.seal(wb)
+    with pytest.raises(fp.InvalidObjectState, match="already sealed"):
+        native.abort(wb)
+
+
 def test_abort_and_create_and_seal(client):
     oid = fp.ObjectID.random()
     client.create(oid, 100)

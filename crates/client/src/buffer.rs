@@ -2,51 +2,19 @@
 //!
 //! [`ObjectBuffer`] is a sealed object: read-only, and it holds one reference
 //! that it gives back to the store when dropped. [`MutableBuffer`] is an
-//! object being created: writable until sealed.
+//! object being created: writable, and consumed by `Client::seal` (which
+//! turns it into an `ObjectBuffer` holding the creator's reference) or by
+//! `Client::abort`, so that no writable slice outlives the seal.
 
-use crate::client::Inner;
+use crate::session::Session;
 use ferroplasma_protocol::ObjectId;
-use memmap2::MmapRaw;
 use std::sync::Arc;
-
-/// The arena as mapped into this process. Kept alive by every buffer.
-#[derive(Debug)]
-pub struct Mapping {
-    map: MmapRaw,
-}
-
-impl Mapping {
-    pub(crate) fn new(map: MmapRaw) -> Self {
-        Self { map }
-    }
-
-    /// Bytes mapped.
-    pub fn len(&self) -> u64 {
-        self.map.len() as u64
-    }
-
-    /// True for an empty mapping.
-    pub fn is_empty(&self) -> bool {
-        self.map.len() == 0
-    }
-
-    /// A pointer to `offset`, after checking `[offset, offset+len)` is mapped.
-    pub(crate) fn ptr(&self, offset: u64, len: u64) -> Option<*mut u8> {
-        let end = offset.checked_add(len)?;
-        if end > self.len() {
-            return None;
-        }
-        // Safety: offset <= end <= mapping length, so the result stays within
-        // (or one past the end of) the mapped region.
-        Some(unsafe { self.map.as_mut_ptr().add(offset as usize) })
-    }
-}
 
 /// A sealed object: a read-only, zero-copy view of shared memory. Dropping it
 /// releases the reference it holds.
 #[derive(Debug)]
 pub struct ObjectBuffer {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) session: Arc<Session>,
     pub(crate) id: ObjectId,
     pub(crate) data: *const u8,
     pub(crate) data_len: usize,
@@ -54,11 +22,14 @@ pub struct ObjectBuffer {
     pub(crate) meta_len: usize,
     /// Whether Drop gives the reference back (false once released in a batch).
     pub(crate) armed: bool,
+    /// For the buffer `Client::seal` returned: the token of the create whose
+    /// reference it holds (the creator's, ended once; see `creators`).
+    pub(crate) creator: Option<u64>,
 }
 
-// Safety: the pointers refer to the shared mapping, which `inner` keeps alive
-// for as long as the buffer exists; a sealed object's bytes never change, so
-// concurrent reads from any thread are sound.
+// Safety: the pointers refer to the shared mapping, which `session` keeps
+// alive for as long as the buffer exists; a sealed object's bytes never
+// change, so concurrent reads from any thread are sound.
 unsafe impl Send for ObjectBuffer {}
 // Safety: as above; the buffer gives out shared references only.
 unsafe impl Sync for ObjectBuffer {}
@@ -72,8 +43,8 @@ impl ObjectBuffer {
     /// The object's data.
     pub fn data(&self) -> &[u8] {
         // Safety: the range was bounds-checked against the mapping when the
-        // buffer was made, the mapping lives as long as `self.inner`, and the
-        // store never writes to a sealed object while a reference is held.
+        // buffer was made, the mapping lives as long as `self.session`, and
+        // the store never writes to a sealed object while a reference is held.
         unsafe { std::slice::from_raw_parts(self.data, self.data_len) }
     }
 
@@ -98,27 +69,47 @@ impl AsRef<[u8]> for ObjectBuffer {
 impl Drop for ObjectBuffer {
     fn drop(&mut self) {
         if self.armed {
-            self.inner.release_quietly(self.id);
+            match self.creator {
+                Some(token) => self.session.release_creator(self.id, token),
+                None => self.session.release_quietly(self.id),
+            }
         }
     }
 }
 
-/// An object being created: write its data, then `Client::seal` it.
-/// Holds the creator's reference: dropping the buffer gives it back (unless
-/// `Client::release` already did), so a sealed object whose buffer is gone
-/// becomes evictable, as in Plasma.
+/// An object being created: write its data, then give it to `Client::seal`
+/// (or `Client::abort`), which consumes it. Holds the creator's reference:
+/// dropping the buffer unsealed gives it back (the object stays unsealed in
+/// the store until this client seals it through another path, aborts it, or
+/// disconnects).
+///
+/// A writable slice cannot outlive the seal:
+///
+/// ```compile_fail,E0382
+/// # let client = ferroplasma_client::Client::connect(None).unwrap();
+/// # let id = ferroplasma_client::ObjectId::random();
+/// let mut buf = client.create(id, 8, b"").unwrap();
+/// let sealed = client.seal(buf).unwrap();
+/// buf.as_mut_slice()[0] = 1; // error: `buf` was moved into `seal`
+/// ```
 #[derive(Debug)]
 pub struct MutableBuffer {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) session: Arc<Session>,
     pub(crate) id: ObjectId,
     /// Which create this buffer came from (ids can be reused).
     pub(crate) token: u64,
     pub(crate) data: *mut u8,
     pub(crate) data_len: usize,
+    pub(crate) meta: *const u8,
+    pub(crate) meta_len: usize,
+    /// Whether Drop gives the creator's reference back (false once the
+    /// buffer was turned into a sealed one, or aborted).
+    pub(crate) armed: bool,
 }
 
-// Safety: the pointer refers to the shared mapping kept alive by `inner`;
-// the allocation belongs to this object alone until it is sealed.
+// Safety: the pointer refers to the shared mapping kept alive by `session`;
+// the allocation belongs to this object alone until it is sealed, and
+// writing needs `&mut self`.
 unsafe impl Send for MutableBuffer {}
 // Safety: through `&MutableBuffer` only the id, the length and the raw
 // pointer can be read; writing through that pointer is the caller's
@@ -127,7 +118,9 @@ unsafe impl Sync for MutableBuffer {}
 
 impl Drop for MutableBuffer {
     fn drop(&mut self) {
-        self.inner.release_creator(self.id, self.token);
+        if self.armed {
+            self.session.release_creator(self.id, self.token);
+        }
     }
 }
 
@@ -140,8 +133,9 @@ impl MutableBuffer {
     /// The data area to fill.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // Safety: the range was bounds-checked against the mapping, which
-        // `inner` keeps alive; the store gave this allocation to this client
-        // alone, and `&mut self` keeps the slice unique within the process.
+        // `session` keeps alive; the store gave this allocation to this
+        // client alone, and `&mut self` keeps the slice unique within the
+        // process until `seal` or `abort` consumes the buffer.
         unsafe { std::slice::from_raw_parts_mut(self.data, self.data_len) }
     }
 
@@ -164,5 +158,21 @@ impl MutableBuffer {
     /// True for a zero-byte object.
     pub fn is_empty(&self) -> bool {
         self.data_len == 0
+    }
+
+    /// The sealed view of this object, holding the creator's reference
+    /// (after the store confirmed the seal).
+    pub(crate) fn into_sealed(mut self) -> ObjectBuffer {
+        self.armed = false;
+        ObjectBuffer {
+            session: self.session.clone(),
+            id: self.id,
+            data: self.data,
+            data_len: self.data_len,
+            meta: self.meta,
+            meta_len: self.meta_len,
+            armed: true,
+            creator: Some(self.token),
+        }
     }
 }

@@ -8,11 +8,17 @@
 //! Module map:
 //! - [`client`] — [`Client`] and its operations; [`ObjectInfo`], [`DeleteStatus`], [`Stats`].
 //! - [`buffer`] — [`ObjectBuffer`] (sealed, read-only, releases on drop) and
-//!   [`MutableBuffer`] (being created; holds the creator's reference).
+//!   [`MutableBuffer`] (being created; holds the creator's reference;
+//!   consumed by `seal` and `abort`).
+//! - [`mapping`] — [`mapping::Mapping`], the arena mapped into this process.
 //! - `creators` — the creator's reference of each created object: ended
 //!   once, by the buffer's drop or an explicit release.
 //! - [`subscription`] — [`Subscription`], a stream of seal/delete [`Event`]s.
 //! - [`error`] — [`ClientError`].
+//! - `session` — one connection shared by a client's clones and buffers:
+//!   the mapped arena and the reply multiplexer (threads share the socket).
+//! - `releases` — references held, and releases batched into the next
+//!   request or sent by a flusher thread within 1 ms.
 //! - `connection` — the socket, the handshake and reading replies.
 //! - `fork` — cheap detection of use after `fork()`.
 
@@ -22,6 +28,9 @@ mod connection;
 mod creators;
 pub mod error;
 mod fork;
+pub mod mapping;
+mod releases;
+mod session;
 pub mod subscription;
 
 pub use buffer::{MutableBuffer, ObjectBuffer};

@@ -110,8 +110,8 @@ fn chaos_child() {
                         writing.push(b); // never sealed
                     } else {
                         b.as_mut_slice()[n / 2..].fill(0xa5);
-                        if c.seal(id).is_ok() {
-                            let _ = c.release(id);
+                        // The sealed buffer's drop releases the reference.
+                        if c.seal(b).is_ok() {
                             mine.push(id);
                         }
                     }

@@ -210,8 +210,7 @@ fn ids_are_unique_cluster_wide() {
     let buf = a.create(id, 100, b"").unwrap();
     let e = c.create(id, 100, b"").unwrap_err();
     assert!(matches!(e, ClientError::ObjectExists { .. }), "{e}");
-    drop(buf);
-    a.abort(id).unwrap();
+    a.abort(buf).unwrap();
     eventually("the aborted id is free", Duration::from_secs(5), || {
         c.put(id, b"now mine", b"").is_ok()
     });

@@ -7,7 +7,7 @@
 mod common;
 
 use common::{content, run_store_once, temp_dir, TestStore};
-use ferroplasma_client::{ClientError, EventFraming, EventKind, ObjectId};
+use ferroplasma_client::{ClientError, DeleteStatus, EventFraming, EventKind, ObjectId};
 use std::io::Read;
 use std::time::Duration;
 
@@ -27,14 +27,15 @@ fn dropping_the_created_buffer_ends_the_creators_reference() {
     let id = ObjectId::random();
     let mut buf = c.create(id, 1000, b"").unwrap();
     buf.as_mut_slice().fill(3);
-    c.seal(id).unwrap();
+    let sealed = c.seal(buf).unwrap();
+    assert_eq!(sealed.data(), &[3u8; 1000][..]);
     assert_eq!(
         ref_count(&c, id),
         1,
-        "the buffer holds the creator's reference"
+        "the sealed buffer holds the creator's reference"
     );
     assert_eq!(c.evict(1).unwrap(), (0, 0), "held objects are not evicted");
-    drop(buf);
+    drop(sealed);
     // The release travels with the next request, so this list sees it.
     assert_eq!(ref_count(&c, id), 0);
     assert_eq!(c.evict(1).unwrap(), (1000, 1));
@@ -42,21 +43,23 @@ fn dropping_the_created_buffer_ends_the_creators_reference() {
 }
 
 #[test]
-fn a_buffer_dropped_before_the_seal_keeps_the_object_until_sealed() {
+fn a_buffer_dropped_unsealed_leaves_the_object_until_its_client_goes() {
     let store = TestStore::start("16MiB");
     let c = store.client();
     let id = ObjectId::random();
     c.create(id, 64, b"").unwrap().as_mut_slice().fill(9);
+    assert_eq!(ref_count(&c, id), 0, "the creator's reference went");
     assert_eq!(
         c.evict(u64::MAX).unwrap(),
         (0, 0),
         "unsealed: never evicted"
     );
-    c.seal(id).unwrap();
-    let got = c.get(&[id], Some(Duration::ZERO)).unwrap();
-    assert_eq!(got[0].as_ref().unwrap().data(), &[9u8; 64][..]);
-    drop(got);
-    assert_eq!(c.evict(1).unwrap(), (64, 1), "sealed and unreferenced");
+    assert!(c.get(&[id], Some(Duration::ZERO)).unwrap()[0].is_none());
+    drop(c);
+    let other = store.client();
+    store.eventually("the departed creator's unsealed object is aborted", || {
+        other.stats().unwrap().objects == 0
+    });
 }
 
 #[test]
@@ -65,11 +68,11 @@ fn an_explicit_release_is_not_counted_twice() {
     let c = store.client();
     let id = ObjectId::random();
     let buf = c.create(id, 100, b"").unwrap();
-    c.seal(id).unwrap();
+    let sealed = c.seal(buf).unwrap();
     let view = c.get(&[id], None).unwrap().pop().unwrap().unwrap();
     assert_eq!(ref_count(&c, id), 2);
     c.release(id).unwrap();
-    drop(buf);
+    drop(sealed);
     // Only the creator's reference went: the get's is still held.
     assert_eq!(ref_count(&c, id), 1);
     assert_eq!(c.evict(u64::MAX).unwrap(), (0, 0));
@@ -84,9 +87,9 @@ fn a_release_after_the_buffer_gave_the_reference_back_does_nothing() {
     let c = store.client();
     let id = ObjectId::random();
     let buf = c.create(id, 100, b"").unwrap();
-    c.seal(id).unwrap();
+    let sealed = c.seal(buf).unwrap();
     let view = c.get(&[id], None).unwrap().pop().unwrap().unwrap();
-    drop(buf);
+    drop(sealed);
     // Code written as create, write, seal, release keeps working...
     c.release(id).unwrap();
     // ...and the release takes nothing from the get's reference.
@@ -101,12 +104,14 @@ fn a_stale_buffer_does_not_release_a_later_object_of_the_same_id() {
     let c = store.client();
     let id = ObjectId::random();
     let old = c.create(id, 10, b"").unwrap();
-    c.abort(id).unwrap();
+    let sealed_old = c.seal(old).unwrap();
+    c.release(id).unwrap();
+    assert_eq!(c.delete(&[id]).unwrap(), vec![DeleteStatus::Deleted]);
     let new = c.create(id, 20, b"").unwrap();
-    c.seal(id).unwrap();
-    drop(old);
+    let sealed_new = c.seal(new).unwrap();
+    drop(sealed_old);
     assert_eq!(ref_count(&c, id), 1, "the new buffer still holds");
-    drop(new);
+    drop(sealed_new);
     assert_eq!(ref_count(&c, id), 0);
 }
 
@@ -134,7 +139,8 @@ fn create_and_seal_stores_objects_of_any_size() {
     let id2 = ObjectId::random();
     let mut buf = c.create(id2, 5, &meta).unwrap();
     buf.as_mut_slice().copy_from_slice(b"hello");
-    c.seal(id2).unwrap();
+    let sealed = c.seal(buf).unwrap();
+    assert!(sealed.data() == b"hello" && sealed.metadata() == &meta[..]);
     let got = c.get(&[id2], None).unwrap().pop().unwrap().unwrap();
     assert!(got.data() == b"hello" && got.metadata() == &meta[..]);
 }

@@ -189,7 +189,7 @@ fn a_create_can_wait_for_space() {
             let t = Instant::now();
             let mut b = c.create_waiting(id, 500_000, b"", Some(Duration::from_secs(20)))?;
             b.as_mut_slice().fill(9);
-            c.seal(id)?;
+            c.seal(b)?;
             Ok::<_, ClientError>(t.elapsed())
         }
     });

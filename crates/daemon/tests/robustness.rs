@@ -202,6 +202,68 @@ fn garbage_from_many_connections_leaves_the_store_serving() {
 }
 
 #[test]
+fn only_the_creator_may_seal_or_abort() {
+    let store = TestStore::start("16MiB");
+    let (mut a, mut b) = (raw(&store), raw(&store));
+    handshake(&mut a);
+    handshake(&mut b);
+    let id = ObjectId::random();
+    send(
+        &mut a,
+        2,
+        request::Body::Create(pb::Create {
+            object_id: id.0.to_vec(),
+            data_size: 4096,
+            metadata: vec![],
+            wait_ms: 0,
+            metadata_size: 0,
+        }),
+    );
+    assert!(matches!(
+        recv(&mut a).unwrap().body,
+        Some(reply::Body::Create(_))
+    ));
+    let oid = || id.0.to_vec();
+    send(
+        &mut b,
+        2,
+        request::Body::Seal(pb::Seal { object_id: oid() }),
+    );
+    assert_eq!(error_code(recv(&mut b)), Some(pb::ErrorCode::NotCreator));
+    send(
+        &mut b,
+        3,
+        request::Body::Abort(pb::Abort { object_id: oid() }),
+    );
+    assert_eq!(error_code(recv(&mut b)), Some(pb::ErrorCode::NotCreator));
+    let unknown = ObjectId::random().0.to_vec();
+    send(
+        &mut b,
+        4,
+        request::Body::Seal(pb::Seal { object_id: unknown }),
+    );
+    assert_eq!(
+        error_code(recv(&mut b)),
+        Some(pb::ErrorCode::ObjectNotFound)
+    );
+    send(
+        &mut a,
+        3,
+        request::Body::Seal(pb::Seal { object_id: oid() }),
+    );
+    assert!(matches!(
+        recv(&mut a).unwrap().body,
+        Some(reply::Body::Ok(_))
+    ));
+    send(
+        &mut a,
+        4,
+        request::Body::Seal(pb::Seal { object_id: oid() }),
+    );
+    assert_eq!(error_code(recv(&mut a)), Some(pb::ErrorCode::AlreadySealed));
+}
+
+#[test]
 fn protocol_violations_get_typed_errors_or_a_closed_connection() {
     let mut store = TestStore::start("16MiB");
     // A request before Connect.

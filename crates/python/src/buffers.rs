@@ -5,12 +5,15 @@
 //! holds the store reference: the object stays alive while any view exists
 //! and is released when the last one goes.
 
-use ferroplasma_client::{MutableBuffer, ObjectBuffer};
+use crate::errors::InvalidObjectState;
+use ferroplasma_client::{Client, MutableBuffer, ObjectBuffer, ObjectId};
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 /// Fills `view` for `len` bytes at `ptr`; read-only unless `writable`.
 ///
@@ -108,12 +111,71 @@ impl Buffer {
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
+/// What a [`WritableBuffer`] holds: the writable object until it is sealed
+/// (then the sealed view, which holds the creator's reference) or aborted.
+#[derive(Debug)]
+pub(crate) enum Created {
+    Writing(MutableBuffer),
+    /// Kept for its drop, which gives the creator's reference back.
+    Sealed(#[allow(dead_code)] ObjectBuffer),
+    Aborted,
+}
+
 /// An object being created: writable until sealed.
 #[pyclass(module = "ferroplasma._native", frozen)]
 #[derive(Debug)]
 pub struct WritableBuffer {
-    pub(crate) inner: MutableBuffer,
-    pub(crate) sealed: std::sync::atomic::AtomicBool,
+    pub(crate) state: Mutex<Created>,
+    /// Keeps the arena mapped while views exported before a seal or an
+    /// abort still point into it.
+    pub(crate) _keep: Client,
+    pub(crate) id: ObjectId,
+    /// Address and length of the data (fixed for the object's life).
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+    pub(crate) sealed: AtomicBool,
+}
+
+impl WritableBuffer {
+    pub(crate) fn new(buf: MutableBuffer, keep: Client) -> Self {
+        Self {
+            id: buf.id(),
+            addr: buf.data_ptr() as usize,
+            len: buf.len(),
+            state: Mutex::new(Created::Writing(buf)),
+            _keep: keep,
+            sealed: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes the writable object out (for seal or abort); an error if it
+    /// was sealed or aborted already.
+    pub(crate) fn take(&self) -> PyResult<MutableBuffer> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *st, Created::Aborted) {
+            Created::Writing(b) => Ok(b),
+            other => {
+                let what = if matches!(other, Created::Sealed(_)) {
+                    "sealed"
+                } else {
+                    "aborted"
+                };
+                *st = other;
+                Err(InvalidObjectState::new_err(format!(
+                    "object {} was already {what} through this buffer",
+                    self.id
+                )))
+            }
+        }
+    }
+
+    /// Puts the object's new state in.
+    pub(crate) fn set(&self, state: Created) {
+        if matches!(state, Created::Sealed(_)) {
+            self.sealed.store(true, Ordering::Release);
+        }
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
 }
 
 #[pymethods]
@@ -121,18 +183,17 @@ impl WritableBuffer {
     /// The object id (20 bytes).
     #[getter]
     fn object_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, self.inner.id().as_bytes())
+        PyBytes::new(py, self.id.as_bytes())
     }
 
     fn __len__(&self) -> usize {
-        self.inner.len()
+        self.len
     }
 
     fn __repr__(&self) -> String {
         format!(
             "<ferroplasma WritableBuffer {} ({} bytes)>",
-            self.inner.id(),
-            self.inner.len()
+            self.id, self.len
         )
     }
 
@@ -147,20 +208,20 @@ impl WritableBuffer {
         flags: c_int,
     ) -> PyResult<()> {
         let me = slf.get();
-        let writable = !me.sealed.load(std::sync::atomic::Ordering::Acquire);
+        let writable = !me.sealed.load(Ordering::Acquire);
         if !writable && (flags & ffi::PyBUF_WRITABLE) != 0 {
             return Err(PyBufferError::new_err(
                 "the object is sealed: its buffer is read-only",
             ));
         }
-        // Safety: the allocation lies in the mapping kept alive by `inner`,
+        // Safety: the allocation lies in the mapping kept alive by `_keep`,
         // which lives as long as `slf`, which the view references.
         unsafe {
             fill(
                 view,
                 slf.as_any(),
-                me.inner.data_ptr(),
-                me.inner.len(),
+                me.addr as *mut u8,
+                me.len,
                 writable,
                 flags,
             )

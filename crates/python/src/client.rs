@@ -1,7 +1,7 @@
 //! `NativeClient`: the Rust client as a Python class. Ids cross as 20-byte
 //! `bytes`; the Python facade (`ferroplasma.Client`) wraps them in `ObjectID`.
 
-use crate::buffers::{Buffer, WritableBuffer};
+use crate::buffers::{Buffer, Created, WritableBuffer};
 use crate::errors::{IntoPy, InvalidRequest};
 use crate::subscription::NativeSubscription;
 use ferroplasma_client::{Client, DeleteStatus, ObjectId};
@@ -72,34 +72,27 @@ impl NativeClient {
         let b = py
             .detach(|| self.inner.create_waiting(id, size, &meta, wait))
             .py_err()?;
-        Ok(WritableBuffer {
-            inner: b,
-            sealed: Default::default(),
-        })
+        Ok(WritableBuffer::new(b, self.inner.clone()))
     }
 
-    /// Seals an object; `buffer`, if given, becomes read-only for new views.
-    #[pyo3(signature = (object_id, buffer=None))]
-    fn seal(
-        &self,
-        py: Python<'_>,
-        object_id: &[u8],
-        buffer: Option<&Bound<'_, WritableBuffer>>,
-    ) -> PyResult<()> {
-        let id = oid(object_id)?;
-        py.detach(|| self.inner.seal(id)).py_err()?;
-        if let Some(b) = buffer {
-            b.get()
-                .sealed
-                .store(true, std::sync::atomic::Ordering::Release);
-        }
+    /// Seals the object `buffer` belongs to; new views of the buffer are
+    /// read-only from now on, and it holds the creator's reference until it
+    /// is garbage or `release` is called.
+    fn seal(&self, py: Python<'_>, buffer: &Bound<'_, WritableBuffer>) -> PyResult<()> {
+        let wb = buffer.get();
+        let b = wb.take()?;
+        let sealed = py.detach(|| self.inner.seal(b)).py_err()?;
+        wb.set(Created::Sealed(sealed));
         Ok(())
     }
 
-    /// Discards an unsealed object this client created.
-    fn abort(&self, py: Python<'_>, object_id: &[u8]) -> PyResult<()> {
-        let id = oid(object_id)?;
-        py.detach(|| self.inner.abort(id)).py_err()
+    /// Discards the unsealed object `buffer` belongs to.
+    fn abort(&self, py: Python<'_>, buffer: &Bound<'_, WritableBuffer>) -> PyResult<()> {
+        let wb = buffer.get();
+        let b = wb.take()?;
+        py.detach(|| self.inner.abort(b)).py_err()?;
+        wb.set(Created::Aborted);
+        Ok(())
     }
 
     /// Creates and seals a small object in one message (no reference kept).

@@ -1,0 +1,316 @@
+//! [`Session`]: one connection to a store, shared by a client's clones and
+//! every buffer it handed out: the mapped arena, the reply multiplexer that
+//! lets threads have requests in flight at once, and the writing of
+//! releases (booked in `releases`).
+
+use crate::connection::Conn;
+use crate::creators::CreatorRelease;
+use crate::error::{ClientError, Result};
+use crate::mapping::Mapping;
+use crate::releases::{Releases, RELEASE_DELAY};
+use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_protocol::ObjectId;
+use memmap2::MmapOptions;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+/// Shared by a client and every buffer it handed out.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The socket's read side; held by the one thread reading replies.
+    conn: Mutex<Conn>,
+    /// Replies read by one thread for another (see `call`).
+    replies: Mutex<Replies>,
+    replies_ready: Condvar,
+    pub(crate) mapping: Mapping,
+    pid: u32,
+    fork_generation: u64,
+    pub(crate) capacity: u64,
+    pub(crate) max_inline: u64,
+    pub(crate) socket: PathBuf,
+    /// The socket's write side: requests and releases. Held only while
+    /// writing, so a release never waits behind a blocking get.
+    writer: Mutex<UnixStream>,
+    /// References held and releases not sent yet.
+    pub(crate) releases: Releases,
+}
+
+/// Replies in flight between threads sharing one session.
+#[derive(Debug, Default)]
+struct Replies {
+    next_id: u64,
+    /// Replies read by another thread, by request id.
+    done: HashMap<u64, pb::Reply>,
+    /// A thread is reading the socket now.
+    reading: bool,
+    /// Threads waiting for another to read their reply.
+    waiting: usize,
+    /// The connection broke: every waiter gets this error.
+    broken: Option<(std::io::ErrorKind, String)>,
+}
+
+impl Session {
+    /// Connects to the store at `path`, handshakes and maps its memory.
+    pub(crate) fn open(path: PathBuf) -> Result<Self> {
+        let name = format!("rust pid {}", std::process::id());
+        let hs = Conn::open(&path, &name)?;
+        let arena = hs
+            .reply
+            .arenas
+            .first()
+            .ok_or_else(|| ClientError::Protocol("the store announced no arena".into()))?;
+        let fd =
+            hs.fds.into_iter().next().ok_or_else(|| {
+                ClientError::Protocol("the store sent no arena descriptor".into())
+            })?;
+        let file = File::from(fd);
+        // The descriptor is a memfd or an unlinked file owned by the store; it
+        // is never truncated while the store runs, so the mapped range stays
+        // backed (see the Safety notes in `buffer`).
+        let map = MmapOptions::new()
+            .len(arena.size as usize)
+            .map_raw(&file)
+            .map_err(|e| ClientError::Protocol(format!("cannot map the store's memory: {e}")))?;
+        let writer = hs
+            .conn
+            .stream
+            .try_clone()
+            .map_err(ClientError::Disconnected)?;
+        Ok(Self {
+            writer: Mutex::new(writer),
+            conn: Mutex::new(hs.conn),
+            replies: Mutex::new(Replies::default()),
+            replies_ready: Condvar::new(),
+            mapping: Mapping::new(map),
+            pid: std::process::id(),
+            fork_generation: crate::fork::generation(),
+            capacity: hs.reply.capacity,
+            max_inline: hs.reply.max_inline_size,
+            socket: path,
+            releases: Releases::default(),
+        })
+    }
+
+    /// The socket this session is connected to.
+    pub(crate) fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Sends a request (after any deferred releases, in the same write) and
+    /// waits for its reply.
+    ///
+    /// Threads sharing the session may have requests in flight at once (the
+    /// store answers a later request while an earlier get waits): whichever
+    /// waiting thread finds nobody reading reads the next reply and hands it
+    /// to its owner, so a thread blocked in a long get holds up no other.
+    pub(crate) fn call(&self, body: request::Body) -> Result<reply::Body> {
+        self.check_pid()?;
+        let id = {
+            let mut r = self.lock_replies();
+            r.next_id += 1;
+            r.next_id
+        };
+        let frame = ferroplasma_protocol::frame::encode_frame(&pb::Request {
+            request_id: id,
+            body: Some(body),
+        });
+        self.write_frames(&frame)?;
+        let mut r = self.lock_replies();
+        loop {
+            if let Some(reply) = r.done.remove(&id) {
+                return unwrap_reply(reply);
+            }
+            if let Some((kind, msg)) = &r.broken {
+                return Err(ClientError::Disconnected(std::io::Error::new(
+                    *kind,
+                    msg.clone(),
+                )));
+            }
+            if r.reading {
+                r.waiting += 1;
+                r = self
+                    .replies_ready
+                    .wait(r)
+                    .unwrap_or_else(|p| p.into_inner());
+                r.waiting -= 1;
+                continue;
+            }
+            r.reading = true;
+            drop(r);
+            let read = self.lock_conn().read_reply();
+            r = self.lock_replies();
+            r.reading = false;
+            if r.waiting > 0 {
+                self.replies_ready.notify_all();
+            }
+            match read {
+                Ok(reply) if reply.request_id == id => return unwrap_reply(reply),
+                Ok(reply) if reply.request_id == 0 => {
+                    // Not an answer to anyone: an error about the stream
+                    // itself, sent before the store closes the connection.
+                    let msg = match reply.body {
+                        Some(reply::Body::Error(e)) => e.message,
+                        _ => "unexpected frame from the store".into(),
+                    };
+                    r.broken = Some((std::io::ErrorKind::InvalidData, msg.clone()));
+                    return Err(ClientError::Protocol(msg));
+                }
+                Ok(reply) => {
+                    r.done.insert(reply.request_id, reply);
+                }
+                Err(e) => {
+                    r.broken = Some((std::io::ErrorKind::BrokenPipe, e.to_string()));
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Writes any deferred releases, then `frames`, in one write.
+    pub(crate) fn write_frames(&self, frames: &[u8]) -> Result<()> {
+        let ids = self.releases.take_deferred();
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let r = if ids.is_empty() {
+            if frames.is_empty() {
+                return Ok(());
+            }
+            w.write_all(frames)
+        } else {
+            let mut out = ferroplasma_protocol::frame::encode_frame(&pb::Request {
+                request_id: 0,
+                body: Some(request::Body::Release(pb::Release {
+                    object_ids: ferroplasma_protocol::pack_ids(&ids),
+                })),
+            });
+            out.extend_from_slice(frames);
+            w.write_all(&out)
+        };
+        r.map_err(ClientError::Disconnected)
+    }
+
+    /// `Forked` when used in a child process after `fork()`.
+    pub(crate) fn check_pid(&self) -> Result<()> {
+        if crate::fork::generation() != self.fork_generation {
+            return Err(ClientError::Forked { parent: self.pid });
+        }
+        Ok(())
+    }
+
+    /// A pointer to `[offset, offset + len)` of the arena, checked.
+    pub(crate) fn checked_ptr(&self, offset: u64, len: u64) -> Result<*mut u8> {
+        self.mapping.ptr(offset, len).ok_or_else(|| {
+            ClientError::Protocol(format!(
+                "the store pointed at bytes {offset}..{} outside its {}-byte arena",
+                offset.saturating_add(len),
+                self.mapping.len()
+            ))
+        })
+    }
+
+    fn lock_replies(&self) -> MutexGuard<'_, Replies> {
+        self.replies.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_conn(&self) -> MutexGuard<'_, Conn> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn unwrap_reply(reply: pb::Reply) -> Result<reply::Body> {
+    match reply.body {
+        Some(reply::Body::Error(e)) => Err(e.into()),
+        Some(b) => Ok(b),
+        None => Err(ClientError::Protocol("empty reply".into())),
+    }
+}
+
+impl Session {
+    /// An explicit release of `id` (`Client::release`): the creator's
+    /// reference if still held, nothing if its buffer already gave it back,
+    /// else one other reference.
+    pub(crate) fn release_explicitly(self: &Arc<Self>, id: ObjectId) -> Result<()> {
+        self.check_pid()?;
+        if self.releases.creators().release(id) == CreatorRelease::AlreadyEnded {
+            return Ok(());
+        }
+        if !self.releases.take_held(id) {
+            return Err(ClientError::NotHeld(id));
+        }
+        self.defer_releases(vec![id]);
+        Ok(())
+    }
+
+    /// Releases these references now, in one message.
+    pub(crate) fn release_now(self: &Arc<Self>, ids: Vec<ObjectId>) -> Result<()> {
+        self.check_pid()?;
+        let ids = self.releases.take_held_all(ids);
+        self.defer_releases(ids);
+        self.write_frames(&[])
+    }
+
+    /// From a buffer's drop: errors are dropped (after a fork, or when the
+    /// store is gone, there is nobody to tell).
+    pub(crate) fn release_quietly(self: &Arc<Self>, id: ObjectId) {
+        if self.check_pid().is_ok() && self.releases.take_held(id) {
+            self.defer_releases(vec![id]);
+        }
+    }
+
+    /// From the drop of the buffer of create `token`: gives the creator's
+    /// reference back unless it already went (explicit release, abort) or
+    /// belongs to a later object with the same id.
+    pub(crate) fn release_creator(self: &Arc<Self>, id: ObjectId, token: u64) {
+        if self.check_pid().is_ok() && self.releases.creators().buffer_dropped(id, token) {
+            self.release_quietly(id);
+        }
+    }
+
+    /// Queues releases for the next write; makes sure the flusher will send
+    /// them within [`RELEASE_DELAY`] if no request comes first.
+    fn defer_releases(self: &Arc<Self>, ids: Vec<ObjectId>) {
+        if !self.releases.defer(ids) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("ferroplasma-release".into())
+            .spawn(move || flusher(weak));
+        if spawned.is_err() {
+            // No thread: send now instead.
+            self.releases.flusher_not_started();
+            let _ = self.write_frames(&[]);
+        }
+    }
+}
+
+/// Sends deferred releases that no request took along, at most
+/// [`RELEASE_DELAY`] after they were deferred. Sleeps while there are none;
+/// ends when the session is gone.
+fn flusher(weak: Weak<Session>) {
+    loop {
+        let Some(session) = weak.upgrade() else {
+            return;
+        };
+        while !session
+            .releases
+            .wait_for_deferred(Duration::from_millis(200))
+        {
+            if Arc::strong_count(&session) == 1 {
+                return; // only this thread still knows the session
+            }
+        }
+        drop(session);
+        std::thread::sleep(RELEASE_DELAY);
+        let Some(session) = weak.upgrade() else {
+            return;
+        };
+        if session.check_pid().is_err() || session.write_frames(&[]).is_err() {
+            return;
+        }
+    }
+}
