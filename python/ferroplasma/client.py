@@ -294,9 +294,11 @@ class Client:
         fragmentation."""
         return self._native.stats()
 
-    def subscribe(self) -> Subscription:
-        """An iterator of :class:`Event` for every seal and deletion."""
-        return Subscription(self._native.subscribe())
+    def subscribe(self, existing: bool = False) -> Subscription:
+        """An iterator of :class:`Event` for every seal and deletion from now
+        on; with ``existing=True`` it starts with a seal event for every
+        object already sealed (oldest first)."""
+        return Subscription(self._native.subscribe(existing=existing))
 
     def __repr__(self) -> str:
         return f"<ferroplasma.Client socket={self.socket!r}>"

@@ -369,10 +369,11 @@ class PlasmaClient:
     # ------------------------------------------------------------ notifications
 
     def subscribe(self) -> None:
-        """Subscribes to seal and delete notifications. The notification
+        """Subscribes to seal and delete notifications, starting (as in
+        Plasma) with one for every object already sealed. The notification
         socket carries them as Plasma's did: an 8-byte length, then one
         notification."""
-        self._subscription = self._c.subscribe(plasma_framing=True)
+        self._subscription = self._c.subscribe(plasma_framing=True, existing=True)
 
     def _sub(self) -> _native.NativeSubscription:
         if self._subscription is None:

@@ -105,3 +105,21 @@ def test_a_wheel_install_needs_no_rust(venv):
     assert out.returncode == 0 and str(venv) in out.stdout
     assert os.path.exists(out.stdout.strip())
     assert "manylinux" in sorted((ROOT / "target" / "wheels").glob("*.whl"))[-1].name
+
+
+def test_the_store_executable_beside_the_installed_package(venv, tmp_path):
+    site = next((venv / "lib").glob("python3*/site-packages/ferroplasma"))
+    sock = tmp_path / "p.sock"
+    proc = subprocess.Popen(
+        [site / "plasma-store-server", "-m", "5000000", "-s", sock],
+        env={"PATH": "/usr/bin:/bin"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        code = "import sys, ferroplasma.plasma as p; print(p.connect(sys.argv[1]).store_capacity())"
+        out = run(venv, "python", "-c", code, str(sock))
+        assert out.stdout.strip() == "5000000", out.stderr
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0, proc.stderr.read()

@@ -423,3 +423,35 @@ def test_ferroplasma_store_refuses_a_regular_file_and_says_what_to_do(tmp_path):
     assert out.returncode != 0
     assert "not a socket" in out.stderr and "--replace-file" in out.stderr
     assert path.read_text() == "keep me"
+
+
+def test_a_late_subscriber_hears_of_the_objects_already_sealed(store):
+    # Plasma's store told a new subscriber of every sealed object first
+    # (orchest's eviction manager subscribes after objects exist).
+    a, b = plasma.connect(store[0]), plasma.connect(store[0])
+    first, second = a.put_raw_buffer(b"1" * 10), a.put_raw_buffer(b"2" * 20)
+    b.subscribe()
+    sock = b.get_notification_socket()
+    seen = []
+    while len(seen) < 2:
+        (length,) = struct.unpack("L", sock.recv(8))
+        ids, sizes, _ = b.decode_notifications(sock.recv(length))
+        seen += [(i, s) for i, s in zip(ids, sizes) if i in (first, second)]
+    assert seen == [(first, 10), (second, 20)]
+    a.delete([first, second])
+
+
+@pytest.mark.parametrize("name", ["plasma_store_server", "plasma-store-server"])
+def test_the_store_executable_beside_the_package(name, tmp_path):
+    # pyarrow <= 11 kept the store beside its Python files; programs (such as
+    # pandarallel) start it by that path.
+    exe = os.path.join(os.path.dirname(plasma.__file__), name)
+    sock = str(tmp_path / "s.sock")
+    env = {k: v for k, v in os.environ.items() if k != "FERROPLASMA_PYTHON"}
+    env["PATH"] = "/usr/bin:/bin"  # not this environment's bin directory
+    proc = subprocess.Popen([exe, "-m", "5000000", "-s", sock], env=env)
+    try:
+        assert plasma.connect(sock).store_capacity() == 5_000_000
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0

@@ -428,17 +428,24 @@ impl Client {
         }
     }
 
-    /// Opens a stream of seal and delete events (on a connection of its own).
+    /// Opens a stream of seal and delete events (on a connection of its own)
+    /// from now on.
     pub fn subscribe(&self) -> Result<Subscription> {
-        self.subscribe_framed(crate::EventFraming::ReplyFrames)
+        self.subscribe_with(crate::EventFraming::ReplyFrames, false)
     }
 
     /// [`Client::subscribe`] with the events framed as `framing` says on the
     /// socket (`PlasmaFrames`: as Plasma's notification socket, for callers
-    /// that read the socket themselves).
-    pub fn subscribe_framed(&self, framing: crate::EventFraming) -> Result<Subscription> {
+    /// that read the socket themselves); with `existing`, the stream starts
+    /// with a seal event for every object already sealed, oldest first (as
+    /// Plasma's subscriptions did).
+    pub fn subscribe_with(
+        &self,
+        framing: crate::EventFraming,
+        existing: bool,
+    ) -> Result<Subscription> {
         self.inner.check_pid()?;
-        Subscription::open(self.inner.socket(), framing)
+        Subscription::open(self.inner.socket(), framing, existing)
     }
 
     fn call(&self, body: request::Body) -> Result<reply::Body> {

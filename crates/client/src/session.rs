@@ -78,7 +78,7 @@ impl Session {
             .map_err(|e| ClientError::Protocol(format!("cannot map the store's memory: {e}")))?;
         let writer = hs
             .conn
-            .stream
+            .stream()
             .try_clone()
             .map_err(ClientError::Disconnected)?;
         Ok(Self {

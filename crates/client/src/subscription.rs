@@ -2,12 +2,11 @@
 
 use crate::connection::Conn;
 use crate::error::{ClientError, Result};
-use ferroplasma_protocol::frame::{read_message, write_message, MAX_REPLY_FRAME};
+use ferroplasma_protocol::frame::{write_message, FrameCodec};
 pub use ferroplasma_protocol::pb::EventFraming;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
 pub use ferroplasma_protocol::{Event, EventKind};
-use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
@@ -19,34 +18,42 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub(crate) fn open(path: &Path, framing: EventFraming) -> Result<Self> {
+    pub(crate) fn open(path: &Path, framing: EventFraming, existing: bool) -> Result<Self> {
         let mut conn = Conn::open(path, "subscription")?.conn;
-        // Read the reply with exact reads, so that no event that follows it
-        // is buffered here: from now on the socket holds only events, and a
-        // caller may read it directly (`as_raw_fd`).
         write_message(
-            &mut conn.stream,
+            &mut conn.stream(),
             &pb::Request {
                 request_id: 1,
                 body: Some(request::Body::Subscribe(pb::Subscribe {
                     framing: framing as i32,
+                    existing,
                 })),
             },
         )?;
-        let r: pb::Reply = read_message(&mut conn.stream, MAX_REPLY_FRAME)?;
+        // Plasma's framing is for callers that read the socket themselves:
+        // then no byte past a frame is read here, the reply included.
+        let plasma = framing == EventFraming::PlasmaFrames;
+        conn.reader.set_codec(FrameCodec::REPLIES, plasma);
+        let r: pb::Reply = conn.reader.read_message()?;
         match r.body {
-            Some(reply::Body::Ok(_)) => Ok(Self { conn, framing }),
-            Some(reply::Body::Error(e)) => Err(e.into()),
-            other => Err(ClientError::Protocol(format!(
-                "expected the Subscribe reply, got {other:?}"
-            ))),
+            Some(reply::Body::Ok(_)) => {}
+            Some(reply::Body::Error(e)) => return Err(e.into()),
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected the Subscribe reply, got {other:?}"
+                )))
+            }
         }
+        if plasma {
+            conn.reader.set_codec(FrameCodec::PLASMA_EVENTS, true);
+        }
+        Ok(Self { conn, framing })
     }
 
     /// Waits for the next event.
     pub fn next_event(&mut self) -> Result<Event> {
         self.conn
-            .stream
+            .stream()
             .set_read_timeout(None)
             .map_err(ClientError::Disconnected)?;
         self.read()
@@ -60,7 +67,7 @@ impl Subscription {
             timeout
         };
         self.conn
-            .stream
+            .stream()
             .set_read_timeout(Some(t))
             .map_err(ClientError::Disconnected)?;
         match self.read() {
@@ -80,32 +87,15 @@ impl Subscription {
     /// The socket, for `poll`/`select` by callers with an event loop.
     pub fn as_raw_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
-        self.conn.stream.as_raw_fd()
+        self.conn.stream().as_raw_fd()
     }
 
     fn read(&mut self) -> Result<Event> {
         if self.framing == EventFraming::PlasmaFrames {
-            let mut len = [0u8; 8];
-            self.conn
-                .stream
-                .read_exact(&mut len)
-                .map_err(ClientError::Disconnected)?;
-            let len = u64::from_le_bytes(len);
-            if len > MAX_REPLY_FRAME {
-                return Err(ClientError::Protocol(format!(
-                    "a {len}-byte event message is over the {MAX_REPLY_FRAME}-byte limit"
-                )));
-            }
-            let mut body = vec![0u8; len as usize];
-            self.conn
-                .stream
-                .read_exact(&mut body)
-                .map_err(ClientError::Disconnected)?;
-            return decode_plasma_event(&body);
+            return event(self.conn.reader.read_message()?);
         }
         loop {
-            let r: pb::Reply = read_message(&mut self.conn.stream, MAX_REPLY_FRAME)?;
-            if let Some(e) = event_of(r)? {
+            if let Some(e) = event_of(self.conn.read_reply()?)? {
                 return Ok(e);
             }
         }
@@ -157,22 +147,13 @@ pub fn decode_plasma_event(body: &[u8]) -> Result<Event> {
 }
 
 /// Decodes the complete event frames in `data` (bytes read from a
-/// subscription's socket by the caller, e.g. through an event loop).
-pub fn decode_event_frames(mut data: &[u8]) -> Result<Vec<Event>> {
-    use prost::Message;
+/// subscription's socket by the caller, e.g. through an event loop); bytes
+/// after the last complete frame are ignored.
+pub fn decode_event_frames(data: &[u8]) -> Result<Vec<Event>> {
+    let mut buf = bytes::BytesMut::from(data);
     let mut out = Vec::new();
-    while data.len() >= 4 {
-        let len = ferroplasma_protocol::frame::frame_len(
-            data[..4].try_into().expect("4 bytes"),
-            MAX_REPLY_FRAME,
-        )?;
-        if data.len() < 4 + len {
-            break;
-        }
-        let r = pb::Reply::decode(&data[4..4 + len])
-            .map_err(|e| ClientError::Protocol(format!("bad event frame: {e}")))?;
+    while let Some(r) = FrameCodec::REPLIES.decode_message::<pb::Reply>(&mut buf)? {
         out.extend(event_of(r)?);
-        data = &data[4 + len..];
     }
     Ok(out)
 }

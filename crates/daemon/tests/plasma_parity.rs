@@ -162,7 +162,7 @@ fn evict_reports_the_bytes_of_the_objects() {
 fn plasma_framed_notifications_are_read_from_the_socket_itself() {
     let store = TestStore::start("16MiB");
     let c = store.client();
-    let sub = c.subscribe_framed(EventFraming::PlasmaFrames).unwrap();
+    let sub = c.subscribe_with(EventFraming::PlasmaFrames, false).unwrap();
     let ids: Vec<ObjectId> = (0..5).map(|_| ObjectId::random()).collect();
     for (i, id) in ids.iter().enumerate() {
         c.put(*id, &vec![0u8; 10 * i], &vec![1u8; i]).unwrap();
@@ -188,6 +188,42 @@ fn plasma_framed_notifications_are_read_from_the_socket_itself() {
     }
     let e = next();
     assert_eq!((e.kind, e.id), (EventKind::Deleted, ids[0]));
+}
+
+#[test]
+fn a_subscriber_that_asks_is_told_of_the_objects_already_sealed() {
+    let store = TestStore::start("16MiB");
+    let c = store.client();
+    let before: Vec<ObjectId> = (0..3).map(|_| ObjectId::random()).collect();
+    for (i, id) in before.iter().enumerate() {
+        c.put(*id, &vec![1u8; 10 + i], b"m").unwrap();
+    }
+    let unsealed = c.create(ObjectId::random(), 5, b"").unwrap();
+    let gone = ObjectId::random();
+    c.put(gone, b"x", b"").unwrap();
+    c.delete(&[gone]).unwrap();
+    let mut sub = c.subscribe_with(EventFraming::ReplyFrames, true).unwrap();
+    let mut late = c.subscribe().unwrap();
+    let after = ObjectId::random();
+    c.put(after, b"later", b"").unwrap();
+    // Oldest seal first, then what happened after the subscription.
+    for (i, id) in before.iter().enumerate() {
+        let e = sub.next_timeout(Duration::from_secs(5)).unwrap().unwrap();
+        assert_eq!(
+            (e.kind, e.id, e.data_size),
+            (EventKind::Sealed, *id, 10 + i as u64)
+        );
+    }
+    let e = sub.next_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(
+        (e.kind, e.id),
+        (EventKind::Sealed, after),
+        "no unsealed or deleted object"
+    );
+    // Without asking, only what comes after.
+    let e = late.next_timeout(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(e.id, after);
+    drop(unsealed);
 }
 
 #[test]

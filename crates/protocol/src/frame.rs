@@ -1,13 +1,19 @@
-//! Length-prefixed framing: `[u32 little-endian length][protobuf message]`.
+//! Length-prefixed framing, the one codec every side uses.
 //!
-//! The store reads client frames with its own async reader; these helpers
-//! serve blocking clients and tests, and fix the limits both sides agree on.
+//! A frame is a little-endian length and that many bytes of one protobuf
+//! message: `[u32 length][Request or Reply]` on every connection, and
+//! `[u64 length][Event]` on a subscription that asked for Plasma's framing.
+//! [`FrameCodec`] splits frames off a buffer and encodes them; the store
+//! feeds it from its async reads, and [`FrameReader`] from blocking ones
+//! (clients, subscriptions, tests). Bytes of a frame that is not complete
+//! yet stay in the buffer, so a read that times out loses nothing.
 
 use crate::ProtocolError;
+use bytes::{Buf, BytesMut};
 use prost::Message;
 use std::io::{Read, Write};
 
-/// Bytes of the length prefix.
+/// Bytes of the length prefix of requests and replies.
 pub const HEADER_LEN: usize = 4;
 
 /// Largest request frame the store accepts by default (16 MiB). A frame
@@ -24,55 +30,213 @@ pub const MAX_INLINE_SIZE: u64 = 8 << 20;
 /// Largest number of ids in one batched request.
 pub const MAX_IDS_PER_REQUEST: usize = 100_000;
 
-/// Encodes `msg` as one frame (prefix included), ready for a single write.
+/// How frames are delimited on one stream, and how large they may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameCodec {
+    header: usize,
+    limit: u64,
+}
+
+impl FrameCodec {
+    /// Requests, as the store reads them: u32 length, at most 16 MiB.
+    pub const REQUESTS: Self = Self::new(4, MAX_REQUEST_FRAME);
+    /// Replies (events included), as clients read them: u32 length, at most 1 GiB.
+    pub const REPLIES: Self = Self::new(4, MAX_REPLY_FRAME);
+    /// Events of a Plasma-framed subscription: u64 length, then an `Event`.
+    pub const PLASMA_EVENTS: Self = Self::new(8, MAX_REPLY_FRAME);
+
+    /// A codec with a `header`-byte (4 or 8) length and a size limit.
+    pub const fn new(header: usize, limit: u64) -> Self {
+        assert!(header == 4 || header == 8);
+        Self { header, limit }
+    }
+
+    /// Bytes of the length prefix.
+    pub const fn header_len(&self) -> usize {
+        self.header
+    }
+
+    /// The body length a header announces, checked against the limit (a
+    /// frame over it is refused before anything is allocated for it).
+    pub fn body_len(&self, header: &[u8]) -> Result<usize, ProtocolError> {
+        let size = match self.header {
+            4 => u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as u64,
+            _ => u64::from_le_bytes(header[..8].try_into().expect("8 bytes")),
+        };
+        if size > self.limit {
+            return Err(ProtocolError::FrameTooLarge {
+                size,
+                limit: self.limit,
+            });
+        }
+        Ok(size as usize)
+    }
+
+    /// Bytes `buf` must hold for its first frame to be complete (at least
+    /// the header).
+    pub fn needed(&self, buf: &[u8]) -> Result<usize, ProtocolError> {
+        if buf.len() < self.header {
+            return Ok(self.header);
+        }
+        Ok(self.header + self.body_len(&buf[..self.header])?)
+    }
+
+    /// Splits the first complete frame's body off the front of `buf`;
+    /// `None` (and room reserved for the rest) when it is not complete yet.
+    pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<BytesMut>, ProtocolError> {
+        let need = self.needed(buf)?;
+        if buf.len() < need {
+            buf.reserve(need - buf.len());
+            return Ok(None);
+        }
+        buf.advance(self.header);
+        Ok(Some(buf.split_to(need - self.header)))
+    }
+
+    /// Decodes the first complete frame of `buf` as an `M`.
+    pub fn decode_message<M: Message + Default>(
+        &self,
+        buf: &mut BytesMut,
+    ) -> Result<Option<M>, ProtocolError> {
+        match self.decode(buf)? {
+            Some(body) => Ok(Some(M::decode(body)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Appends `msg` as one frame to `out`.
+    pub fn encode<M: Message>(&self, msg: &M, out: &mut Vec<u8>) {
+        let len = msg.encoded_len();
+        out.reserve(self.header + len);
+        match self.header {
+            4 => out.extend_from_slice(&(len as u32).to_le_bytes()),
+            _ => out.extend_from_slice(&(len as u64).to_le_bytes()),
+        }
+        msg.encode(out)
+            .expect("a Vec grows as needed, so encoding cannot run out of space");
+    }
+}
+
+/// Encodes `msg` as one request or reply frame, ready for a single write.
 pub fn encode_frame<M: Message>(msg: &M) -> Vec<u8> {
-    let len = msg.encoded_len();
-    let mut buf = Vec::with_capacity(HEADER_LEN + len);
-    buf.extend_from_slice(&(len as u32).to_le_bytes());
-    msg.encode(&mut buf)
-        .expect("a Vec grows as needed, so encoding cannot run out of space");
-    buf
+    let mut out = Vec::new();
+    FrameCodec::REPLIES.encode(msg, &mut out);
+    out
 }
 
-/// Parses the length prefix and checks it against `limit`.
-pub fn frame_len(header: [u8; HEADER_LEN], limit: u64) -> Result<usize, ProtocolError> {
-    let size = u32::from_le_bytes(header) as u64;
-    if size > limit {
-        return Err(ProtocolError::FrameTooLarge { size, limit });
-    }
-    Ok(size as usize)
+/// Reads frames from a blocking stream through a buffer that survives
+/// errors: a read that times out (or is interrupted) mid-frame keeps what
+/// arrived, and the next call continues the same frame.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    inner: R,
+    buf: BytesMut,
+    codec: FrameCodec,
+    /// Read no byte past the current frame (for a stream that someone else
+    /// may read next, such as a socket handed to the application).
+    exact: bool,
 }
 
-/// Reads one frame body (blocking). `Closed` when the peer closed cleanly
-/// before the first byte of the frame.
-pub fn read_frame<R: Read>(r: &mut R, limit: u64) -> Result<Vec<u8>, ProtocolError> {
-    let mut header = [0u8; HEADER_LEN];
-    match r.read_exact(&mut header) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return Err(ProtocolError::Closed)
+impl<R: Read> FrameReader<R> {
+    /// A reader that reads ahead, as much as the kernel has.
+    pub fn new(inner: R, codec: FrameCodec) -> Self {
+        Self {
+            inner,
+            buf: BytesMut::with_capacity(64 * 1024),
+            codec,
+            exact: false,
         }
-        Err(e) => return Err(e.into()),
     }
-    let len = frame_len(header, limit)?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            ProtocolError::Closed
-        } else {
-            e.into()
+
+    /// A reader that never reads past the frame it returns.
+    pub fn exact(inner: R, codec: FrameCodec) -> Self {
+        Self {
+            exact: true,
+            ..Self::new(inner, codec)
         }
-    })?;
-    Ok(body)
+    }
+
+    /// Starts the bytes already read (e.g. with the handshake) into this
+    /// reader's buffer.
+    pub fn with_buffered(mut self, bytes: &[u8]) -> Self {
+        self.buf.extend_from_slice(bytes);
+        self
+    }
+
+    /// From now on, frames are split with `codec` (bytes already buffered
+    /// included).
+    pub fn set_codec(&mut self, codec: FrameCodec, exact: bool) {
+        self.codec = codec;
+        self.exact = exact;
+    }
+
+    /// Bytes read and not handed out yet.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The stream.
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+
+    /// The next frame's body. `Closed` when the peer closed the stream
+    /// cleanly between frames; an I/O error (a timeout, say) leaves the
+    /// partial frame buffered.
+    pub fn read_frame(&mut self) -> Result<BytesMut, ProtocolError> {
+        loop {
+            if let Some(body) = self.codec.decode(&mut self.buf)? {
+                return Ok(body);
+            }
+            let need = self.codec.needed(&self.buf)?;
+            let start = self.buf.len();
+            let want = if self.exact {
+                need - start
+            } else {
+                (need - start).max(16 * 1024)
+            };
+            self.buf.resize(start + want, 0);
+            let n = match self.inner.read(&mut self.buf[start..]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.buf.truncate(start);
+                    return Err(e.into());
+                }
+            };
+            self.buf.truncate(start + n);
+            if n == 0 {
+                return Err(if start == 0 {
+                    ProtocolError::Closed
+                } else {
+                    ProtocolError::Io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the stream ended inside a frame",
+                    ))
+                });
+            }
+        }
+    }
+
+    /// The next frame, decoded as an `M`.
+    pub fn read_message<M: Message + Default>(&mut self) -> Result<M, ProtocolError> {
+        Ok(M::decode(self.read_frame()?)?)
+    }
 }
 
-/// Reads and decodes one message (blocking).
+/// Reads exactly one frame from `r` (nothing past it) and decodes it: for
+/// tests and one-off exchanges on a stream that is read again later.
 pub fn read_message<M: Message + Default, R: Read>(
     r: &mut R,
     limit: u64,
 ) -> Result<M, ProtocolError> {
-    let body = read_frame(r, limit)?;
-    Ok(M::decode(body.as_slice())?)
+    FrameReader::exact(r, FrameCodec::new(HEADER_LEN, limit)).read_message()
+}
+
+/// Reads exactly one frame body from `r` (nothing past it).
+pub fn read_frame<R: Read>(r: &mut R, limit: u64) -> Result<Vec<u8>, ProtocolError> {
+    Ok(FrameReader::exact(r, FrameCodec::new(HEADER_LEN, limit))
+        .read_frame()?
+        .to_vec())
 }
 
 /// Encodes and writes one message (blocking), in a single `write_all`.
@@ -87,18 +251,30 @@ mod tests {
     use crate::pb;
     use proptest::prelude::*;
 
-    #[test]
-    fn round_trip() {
-        let req = pb::Request {
+    fn request() -> pb::Request {
+        pb::Request {
             request_id: 7,
             body: Some(pb::request::Body::Get(pb::Get {
                 object_ids: [[1u8; 20], [2u8; 20]].concat(),
                 timeout_ms: -1,
             })),
-        };
-        let frame = encode_frame(&req);
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let frame = encode_frame(&request());
         let back: pb::Request = read_message(&mut frame.as_slice(), MAX_REQUEST_FRAME).unwrap();
-        assert_eq!(back, req);
+        assert_eq!(back, request());
+        let mut out = Vec::new();
+        FrameCodec::PLASMA_EVENTS.encode(&request(), &mut out);
+        assert_eq!(&out[..8], &(request().encoded_len() as u64).to_le_bytes());
+        let mut buf = BytesMut::from(&out[..]);
+        let back: pb::Request = FrameCodec::PLASMA_EVENTS
+            .decode_message(&mut buf)
+            .unwrap()
+            .unwrap();
+        assert_eq!((back, buf.len()), (request(), 0));
     }
 
     #[test]
@@ -113,8 +289,69 @@ mod tests {
         short.extend_from_slice(&[0; 3]);
         assert!(matches!(
             read_frame(&mut short.as_slice(), MAX_REQUEST_FRAME),
+            Err(ProtocolError::Io(_))
+        ));
+        assert!(matches!(
+            read_frame(&mut [].as_slice(), MAX_REQUEST_FRAME),
             Err(ProtocolError::Closed)
         ));
+    }
+
+    /// A stream that hands out `chunks`, failing with a timeout between them.
+    struct Stuttering(Vec<Vec<u8>>);
+
+    impl Read for Stuttering {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            match self.0.first_mut() {
+                None => Ok(0),
+                Some(c) if c.is_empty() => {
+                    self.0.remove(0);
+                    Err(std::io::ErrorKind::WouldBlock.into())
+                }
+                Some(c) => {
+                    let n = out.len().min(c.len());
+                    out[..n].copy_from_slice(&c[..n]);
+                    c.drain(..n);
+                    Ok(n)
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_timeout_mid_frame_loses_nothing() {
+        let frame = encode_frame(&request());
+        let two = [frame.clone(), frame.clone()].concat();
+        // Cut inside the header, inside the body, and between frames, with
+        // a timeout at each cut.
+        let chunks = vec![
+            two[..2].to_vec(),
+            vec![],
+            two[2..9].to_vec(),
+            vec![],
+            two[9..frame.len() + 1].to_vec(),
+            vec![],
+            two[frame.len() + 1..].to_vec(),
+        ];
+        let mut r = FrameReader::new(Stuttering(chunks), FrameCodec::REQUESTS);
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            match r.read_message::<pb::Request>() {
+                Ok(m) => got.push(m),
+                Err(ProtocolError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got, vec![request(), request()]);
+    }
+
+    #[test]
+    fn an_exact_reader_reads_nothing_past_its_frame() {
+        let frame = encode_frame(&request());
+        let two = [frame.clone(), b"next".to_vec()].concat();
+        let mut src = two.as_slice();
+        let _: pb::Request = read_message(&mut src, MAX_REQUEST_FRAME).unwrap();
+        assert_eq!(src, b"next");
     }
 
     proptest! {
@@ -122,6 +359,8 @@ mod tests {
         #[test]
         fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = read_message::<pb::Request, _>(&mut bytes.as_slice(), MAX_REQUEST_FRAME);
+            let mut buf = BytesMut::from(&bytes[..]);
+            while let Ok(Some(_)) = FrameCodec::REQUESTS.decode(&mut buf) {}
         }
     }
 }

@@ -1,41 +1,40 @@
-//! A proptest-driven fuzz harness for what the store does with bytes from a
-//! client: split a byte stream into frames, decode each as a `Request`,
-//! unpack its id lists. Random streams, valid requests with flipped bits,
-//! and truncated frames: nothing may panic, every frame either decodes or
-//! is refused with an error, and lengths over the limit are refused before
-//! any allocation. `FP_FUZZ_CASES` sets the number of cases (default 20000).
+//! A proptest-driven fuzz harness for the store's frame splitting: the
+//! codec the store's connection loop runs ([`FrameCodec::REQUESTS`]) on
+//! random streams, valid requests with flipped bits, and truncated frames.
+//! Nothing may panic, every frame either decodes or is refused with an
+//! error, and lengths over the limit are refused before any allocation.
+//! (What the store then does with each request is fuzzed in the daemon
+//! crate, against a real connection: `connection::fuzz`.) `FP_FUZZ_CASES`
+//! sets the number of cases (default 20000).
 
-use ferroplasma_protocol::frame::{encode_frame, frame_len, HEADER_LEN, MAX_REQUEST_FRAME};
+use bytes::BytesMut;
+use ferroplasma_protocol::frame::{encode_frame, FrameCodec, HEADER_LEN, MAX_REQUEST_FRAME};
 use ferroplasma_protocol::pb::{self, request};
 use ferroplasma_protocol::{pack_ids, unpack_ids, ObjectId};
 use proptest::prelude::*;
 use prost::Message;
 
-/// What the store's connection loop does with its input buffer; returns
-/// (frames decoded, frames refused) and stops at the first fatal refusal.
-fn consume(mut input: &[u8]) -> (usize, usize) {
+/// Runs the store's splitting over `input`; returns (frames decoded,
+/// frames refused) and stops at the first fatal refusal.
+fn consume(input: &[u8]) -> (usize, usize) {
+    let mut buf = BytesMut::from(input);
     let mut ok = 0;
-    let refused = 0;
-    while input.len() >= HEADER_LEN {
-        let header: [u8; HEADER_LEN] = input[..HEADER_LEN].try_into().unwrap();
-        let Ok(len) = frame_len(header, MAX_REQUEST_FRAME) else {
-            return (ok, refused + 1);
-        };
-        assert!(len as u64 <= MAX_REQUEST_FRAME);
-        if input.len() < HEADER_LEN + len {
-            break; // truncated: the store waits for more bytes
-        }
-        let body = &input[HEADER_LEN..HEADER_LEN + len];
-        input = &input[HEADER_LEN + len..];
-        match pb::Request::decode(body) {
-            Ok(req) => {
-                ok += 1;
-                touch(&req);
+    loop {
+        match FrameCodec::REQUESTS.decode(&mut buf) {
+            Ok(Some(body)) => {
+                assert!(body.len() as u64 <= MAX_REQUEST_FRAME);
+                match pb::Request::decode(body) {
+                    Ok(req) => {
+                        ok += 1;
+                        touch(&req);
+                    }
+                    Err(_) => return (ok, 1),
+                }
             }
-            Err(_) => return (ok, refused + 1),
+            Ok(None) => return (ok, 0), // truncated: the store waits for more bytes
+            Err(_) => return (ok, 1),
         }
     }
-    (ok, refused)
 }
 
 /// Looks at every field the store reads, as the store does.
@@ -127,8 +126,9 @@ proptest! {
 
     #[test]
     fn oversized_lengths_are_refused_before_reading(len in (MAX_REQUEST_FRAME + 1)..=u32::MAX as u64) {
-        let header = (len as u32).to_le_bytes();
-        prop_assert!(frame_len(header, MAX_REQUEST_FRAME).is_err());
+        let mut buf = BytesMut::from(&(len as u32).to_le_bytes()[..]);
+        prop_assert!(FrameCodec::REQUESTS.decode(&mut buf).is_err());
+        prop_assert!(buf.capacity() < 1 << 20, "nothing allocated for the refused frame");
     }
 }
 

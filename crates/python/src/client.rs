@@ -252,16 +252,22 @@ impl NativeClient {
 
     /// A stream of seal/delete events on a new connection; with
     /// `plasma_framing`, the socket carries them as Plasma's notification
-    /// socket did (u64 length, then one event).
-    #[pyo3(signature = (plasma_framing=false))]
-    fn subscribe(&self, py: Python<'_>, plasma_framing: bool) -> PyResult<NativeSubscription> {
+    /// socket did (u64 length, then one event); with `existing`, it starts
+    /// with a seal event for each object already sealed.
+    #[pyo3(signature = (plasma_framing=false, existing=false))]
+    fn subscribe(
+        &self,
+        py: Python<'_>,
+        plasma_framing: bool,
+        existing: bool,
+    ) -> PyResult<NativeSubscription> {
         let framing = if plasma_framing {
             ferroplasma_client::EventFraming::PlasmaFrames
         } else {
             ferroplasma_client::EventFraming::ReplyFrames
         };
         let s = py
-            .detach(|| self.inner.subscribe_framed(framing))
+            .detach(|| self.inner.subscribe_with(framing, existing))
             .py_err()?;
         Ok(NativeSubscription::new(s))
     }

@@ -526,6 +526,29 @@ impl Store {
         self.subscribers.insert(client);
     }
 
+    /// A seal event for every sealed object (spilled ones included, not
+    /// those being deleted), oldest seal first: what a new subscriber that
+    /// asks for the objects already there is told.
+    pub fn sealed_events(&self) -> Vec<Event> {
+        let mut sealed: Vec<(i64, Event)> = self
+            .list()
+            .into_iter()
+            .filter(|o| o.state == ObjectState::Sealed && !o.delete_pending)
+            .map(|o| {
+                let sealed_at = o.create_time_us + o.construct_duration_us.unwrap_or(0);
+                let e = Event {
+                    kind: EventKind::Sealed,
+                    id: o.id,
+                    data_size: o.location.data_size,
+                    metadata_size: o.location.metadata_size,
+                };
+                (sealed_at, e)
+            })
+            .collect();
+        sealed.sort_by_key(|(at, e)| (*at, e.id.0));
+        sealed.into_iter().map(|(_, e)| e).collect()
+    }
+
     /// Every object, sealed or not, spilled ones included.
     pub fn list(&self) -> Vec<ObjectInfo> {
         let spilled = self.spill.iter().flat_map(|t| t.objects.iter());

@@ -1,0 +1,117 @@
+//! Cluster operations a request starts and that finish later (claims of
+//! new ids, cluster-wide contains/delete/list, remote fetches): they report
+//! back on the connection's channel and are answered here.
+
+use super::{parse_id, Connection, Refusal};
+use crate::cluster::Completion;
+use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_protocol::ObjectId;
+
+impl Connection {
+    /// In a cluster, a create first claims its id cluster-wide (the create
+    /// resumes in `on_completion`); an id taken locally needs no round trip
+    /// to be refused. A lone store never claims.
+    pub(super) fn needs_claim(&self, id: &ObjectId) -> bool {
+        self.cluster.is_some() && !self.shared.lock().store.exists(id)
+    }
+
+    /// Claims `id` cluster-wide, then resumes `request` (Create or
+    /// CreateAndSeal) in `on_completion`.
+    pub(super) fn start_claim(&self, rid: u64, id: ObjectId, request: request::Body) {
+        let Some(cl) = self.cluster.clone() else {
+            return;
+        };
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let result = match cl.claim(id).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(crate::cluster::wire_error(
+                    pb::ErrorCode::ObjectExists,
+                    format!("object {id} already exists in the cluster"),
+                    Some(id),
+                )),
+                Err(e) => Err(e),
+            };
+            let _ = tx.send(Completion::Claimed {
+                request_id: rid,
+                request,
+                result,
+            });
+        });
+    }
+
+    /// Runs a cluster operation and answers request `rid` with its result.
+    pub(super) fn spawn_reply(
+        &self,
+        rid: u64,
+        op: impl std::future::Future<Output = Result<reply::Body, pb::Error>> + Send + 'static,
+    ) {
+        let tx = self.done_tx.clone();
+        tokio::spawn(async move {
+            let body = op.await;
+            let _ = tx.send(Completion::Reply {
+                request_id: rid,
+                body,
+            });
+        });
+    }
+
+    /// Gives a claimed id back after its create failed.
+    pub(super) fn unclaim(&self, id: ObjectId) {
+        if self.cluster.is_some() {
+            self.shared.lock().deliver(ferroplasma_store::Effects {
+                aborted: vec![id],
+                ..Default::default()
+            });
+        }
+    }
+
+    pub(super) fn on_completion(&mut self, done: Completion) {
+        match done {
+            Completion::Reply { request_id, body } => match body {
+                Ok(b) => self.push_reply(request_id, b),
+                Err(e) => self.push_reply(request_id, reply::Body::Error(e)),
+            },
+            Completion::Claimed {
+                request_id,
+                result: Err(e),
+                ..
+            } => self.push_reply(request_id, reply::Body::Error(e)),
+            Completion::Claimed {
+                request_id: rid,
+                request,
+                result: Ok(()),
+            } => {
+                let r = match request {
+                    request::Body::Create(c) => match parse_id(&c.object_id) {
+                        Ok(id) => {
+                            let r = self.create(rid, id, c, true);
+                            if r.is_err() {
+                                self.unclaim(id);
+                            }
+                            r
+                        }
+                        Err(e) => Err(e),
+                    },
+                    request::Body::CreateAndSeal(c) => match parse_id(&c.object_id) {
+                        Ok(id) => {
+                            let r = self.create_and_seal(id, c);
+                            if r.is_err() {
+                                self.unclaim(id);
+                            }
+                            r
+                        }
+                        Err(e) => Err(e),
+                    },
+                    _ => Ok(None),
+                };
+                match r {
+                    Ok(Some(b)) => self.push_reply(rid, b),
+                    Ok(None) => {}
+                    Err(Refusal(e)) => self.push_reply(rid, reply::Body::Error(e)),
+                }
+            }
+            Completion::FetchFailed { id, error } => self.fail_gets(id, error),
+        }
+    }
+}

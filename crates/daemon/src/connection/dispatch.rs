@@ -1,0 +1,164 @@
+//! Each request, answered now or handed to the part that finishes it later.
+
+use super::creates::check_inline;
+use super::{parse_id, parse_ids, refuse, store_refusal, Connection, Refusal};
+use crate::convert;
+use crate::shared::now_us;
+use ferroplasma_protocol::pb::{self, reply, request};
+
+impl Connection {
+    pub(super) fn dispatch(
+        &mut self,
+        rid: u64,
+        body: request::Body,
+    ) -> Result<Option<reply::Body>, Refusal> {
+        use request::Body as B;
+        let client = self.client;
+        let ok = || Some(reply::Body::Ok(pb::Ok {}));
+        match body {
+            B::Connect(_) => Err(refuse(
+                pb::ErrorCode::ProtocolViolation,
+                "already connected".into(),
+            )),
+            B::Create(mut c) => {
+                let id = parse_id(&c.object_id)?;
+                check_inline("metadata", c.metadata.len())?;
+                if !c.metadata.is_empty() {
+                    if c.metadata_size != 0 {
+                        return Err(refuse(
+                            pb::ErrorCode::InvalidRequest,
+                            "Create gives both metadata and metadata_size: send the bytes \
+                             (up to the inline limit) or only their size"
+                                .into(),
+                        ));
+                    }
+                    c.metadata_size = c.metadata.len() as u64;
+                }
+                if self.needs_claim(&id) {
+                    self.start_claim(rid, id, B::Create(c));
+                    return Ok(None);
+                }
+                self.create(rid, id, c, false)
+            }
+            B::CreateAndSeal(c) => {
+                let id = parse_id(&c.object_id)?;
+                check_inline("data", c.data.len())?;
+                check_inline("metadata", c.metadata.len())?;
+                if self.needs_claim(&id) {
+                    self.start_claim(rid, id, B::CreateAndSeal(c));
+                    return Ok(None);
+                }
+                self.create_and_seal(id, c)
+            }
+            B::Seal(s) => {
+                let id = parse_id(&s.object_id)?;
+                let mut sh = self.shared.lock();
+                let fx = sh.store.seal(client, id, now_us()).map_err(store_refusal)?;
+                sh.deliver(fx);
+                Ok(ok())
+            }
+            B::Abort(a) => {
+                let id = parse_id(&a.object_id)?;
+                let mut sh = self.shared.lock();
+                let fx = sh.store.abort(client, id).map_err(store_refusal)?;
+                sh.deliver(fx);
+                Ok(ok())
+            }
+            B::Get(g) => self.get(rid, g),
+            B::Release(_) => unreachable!("handled before dispatch"),
+            B::Contains(c) if c.cluster && self.cluster.is_some() => {
+                let ids = parse_ids(&c.object_ids)?;
+                let cl = self.cluster.clone().expect("checked");
+                self.spawn_reply(rid, async move {
+                    let present = cl.contains(ids).await?;
+                    Ok(reply::Body::Contains(pb::ContainsReply { present }))
+                });
+                Ok(None)
+            }
+            B::Contains(c) => {
+                let ids = parse_ids(&c.object_ids)?;
+                let sh = self.shared.lock();
+                let present = ids.iter().map(|id| sh.store.contains(id)).collect();
+                Ok(Some(reply::Body::Contains(pb::ContainsReply { present })))
+            }
+            B::Delete(d) if self.cluster.is_some() => {
+                let ids = parse_ids(&d.object_ids)?;
+                let cl = self.cluster.clone().expect("checked");
+                self.spawn_reply(rid, async move {
+                    let status = cl.delete(ids).await?;
+                    Ok(reply::Body::Delete(pb::DeleteReply { status }))
+                });
+                Ok(None)
+            }
+            B::Delete(d) => {
+                let ids = parse_ids(&d.object_ids)?;
+                let mut sh = self.shared.lock();
+                let mut status = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let (outcome, fx) = sh.store.delete(id);
+                    sh.deliver(fx);
+                    status.push(convert::delete_status(outcome));
+                }
+                Ok(Some(reply::Body::Delete(pb::DeleteReply { status })))
+            }
+            B::List(l) if l.cluster && self.cluster.is_some() => {
+                let cl = self.cluster.clone().expect("checked");
+                self.spawn_reply(rid, async move {
+                    let objects = cl.list().await;
+                    Ok(reply::Body::List(pb::ListReply { objects }))
+                });
+                Ok(None)
+            }
+            B::List(_) => {
+                let sh = self.shared.lock();
+                let cluster = self.cluster.as_deref();
+                let objects = sh
+                    .store
+                    .list()
+                    .iter()
+                    .map(|o| pb::ObjectInfo {
+                        cached: cluster.is_some_and(|c| c.is_cached(&o.id)),
+                        ..convert::info(o)
+                    })
+                    .collect();
+                Ok(Some(reply::Body::List(pb::ListReply { objects })))
+            }
+            B::ClusterStatus(_) => Ok(Some(reply::Body::ClusterStatus(match &self.cluster {
+                Some(c) => c.status(),
+                None => pb::ClusterStatusReply::default(),
+            }))),
+            B::Evict(e) => {
+                let mut sh = self.shared.lock();
+                let (freed, count, fx) = sh.store.evict(e.num_bytes);
+                sh.deliver(fx);
+                Ok(Some(reply::Body::Evict(pb::EvictReply {
+                    freed_bytes: freed,
+                    objects_evicted: count,
+                })))
+            }
+            B::Subscribe(s) => {
+                let existing = {
+                    let mut sh = self.shared.lock();
+                    sh.store.subscribe(client);
+                    if s.existing {
+                        sh.store.sealed_events()
+                    } else {
+                        Vec::new()
+                    }
+                };
+                self.subscribed = Some(s.framing());
+                // The reply first, then the objects already there, then
+                // (through the notice queue) everything that happens next.
+                self.push_reply(rid, reply::Body::Ok(pb::Ok {}));
+                for e in &existing {
+                    self.push_event(e);
+                }
+                Ok(None)
+            }
+            B::Stats(_) => {
+                let sh = self.shared.lock();
+                Ok(Some(reply::Body::Stats(convert::stats(&sh.store.stats()))))
+            }
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! One client connection: handshake (with the arena fd), then requests,
+//! parked gets, notices and subscription events until the client leaves.
+//!
+//! Nothing a client sends can stop the store: a malformed frame or a protocol
+//! violation ends this connection only, with a logged reason, and the state
+//! machine then drops everything the client held.
+//!
+//! Files: this one (the connection loop, framing, handing requests on),
+//! `dispatch` (each request), `gets` (gets waiting for objects),
+//! `creates` (creates, and those waiting for space), `continuations`
+//! (cluster operations that finish later).
+
+mod continuations;
+mod creates;
+mod dispatch;
+#[cfg(test)]
+mod fuzz;
+mod gets;
+
+use creates::PendingCreate;
+use gets::PendingGet;
+
+use crate::cluster::{Cluster, Completion};
+use crate::convert;
+use crate::fdpass::send_with_fds;
+use crate::shared::SharedRef;
+use bytes::BytesMut;
+use ferroplasma_protocol::frame::{
+    FrameCodec, MAX_IDS_PER_REQUEST, MAX_INLINE_SIZE, MAX_REQUEST_FRAME,
+};
+use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_protocol::{ObjectId, PROTOCOL_VERSION};
+use ferroplasma_store::{ClientId, Notice};
+use prost::Message;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// How long a new connection may take to send its `Connect`.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a connection ended.
+#[derive(Debug)]
+enum Close {
+    /// The client hung up.
+    Eof,
+    /// A socket error.
+    Io(std::io::Error),
+    /// The client broke the protocol; the reason is logged.
+    Violation(String),
+}
+
+impl From<std::io::Error> for Close {
+    fn from(e: std::io::Error) -> Self {
+        Close::Io(e)
+    }
+}
+
+/// Serves one accepted connection to its end.
+pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Arc<Cluster>>) {
+    let peer = stream.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
+    let mut inbuf = BytesMut::with_capacity(64 * 1024);
+    let (client, rx) = match tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        handshake(&mut stream, &mut inbuf, &shared),
+    )
+    .await
+    {
+        Ok(Ok(v)) => v,
+        Ok(Err(Close::Eof)) => return,
+        Ok(Err(e)) => {
+            tracing::warn!(peer_pid = peer, reason = ?e, "handshake failed; connection closed");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!(peer_pid = peer, "no Connect within 10 s; connection closed");
+            return;
+        }
+    };
+    tracing::debug!(client, peer_pid = peer, "client connected");
+    let mut conn = Connection::new(client, rx, shared.clone(), cluster, stream, inbuf);
+    let end = conn.run().await;
+    match end {
+        Close::Eof => tracing::debug!(client, "client disconnected"),
+        Close::Io(e) => tracing::debug!(client, error = %e, "client connection error"),
+        Close::Violation(reason) => {
+            tracing::warn!(client, peer_pid = peer, %reason, "closing connection: protocol violation")
+        }
+    }
+    shared.lock().disconnect(client);
+}
+
+/// Reads the `Connect` (bytes after it stay in `inbuf` for the connection)
+/// and answers it with the arena's descriptor.
+async fn handshake(
+    stream: &mut UnixStream,
+    inbuf: &mut BytesMut,
+    shared: &SharedRef,
+) -> Result<(ClientId, mpsc::Receiver<Notice>), Close> {
+    let body = loop {
+        match FrameCodec::REQUESTS.decode(inbuf) {
+            Ok(Some(body)) => break body,
+            Ok(None) => {}
+            Err(e) => return Err(Close::Violation(e.to_string())),
+        }
+        if stream.read_buf(inbuf).await? == 0 {
+            return Err(Close::Eof);
+        }
+    };
+    let req = pb::Request::decode(body)
+        .map_err(|e| Close::Violation(format!("undecodable first message: {e}")))?;
+    let Some(request::Body::Connect(c)) = req.body else {
+        let msg = "the first request must be Connect";
+        let _ = stream
+            .write_all(&error_frame(
+                req.request_id,
+                pb::ErrorCode::ProtocolViolation,
+                msg,
+            ))
+            .await;
+        return Err(Close::Violation(msg.into()));
+    };
+    if c.protocol_version != PROTOCOL_VERSION {
+        let msg = format!(
+            "client speaks protocol version {}, this store speaks {PROTOCOL_VERSION}; \
+             use a client and store of the same release",
+            c.protocol_version
+        );
+        let _ = stream
+            .write_all(&error_frame(
+                req.request_id,
+                pb::ErrorCode::VersionMismatch,
+                &msg,
+            ))
+            .await;
+        return Err(Close::Violation(msg));
+    }
+    let (client, rx, arena, capacity) = {
+        let mut sh = shared.lock();
+        let (client, rx) = sh.register();
+        (client, rx, sh.arena.clone(), sh.store.capacity())
+    };
+    let reply = pb::Reply {
+        request_id: req.request_id,
+        body: Some(reply::Body::Connect(pb::ConnectReply {
+            protocol_version: PROTOCOL_VERSION,
+            capacity,
+            arenas: vec![pb::Arena {
+                arena_id: 0,
+                size: arena.size(),
+            }],
+            client_id: client,
+            max_inline_size: MAX_INLINE_SIZE,
+            max_frame_size: MAX_REQUEST_FRAME,
+        })),
+    };
+    let frame = ferroplasma_protocol::frame::encode_frame(&reply);
+    if let Err(e) = send_with_fds(stream, &frame, &[arena.fd().as_raw_fd()]).await {
+        shared.lock().disconnect(client);
+        return Err(e.into());
+    }
+    tracing::debug!(client, name = %c.client_name, "handshake done");
+    Ok((client, rx))
+}
+
+fn error_frame(request_id: u64, code: pb::ErrorCode, message: &str) -> Vec<u8> {
+    ferroplasma_protocol::frame::encode_frame(&pb::Reply {
+        request_id,
+        body: Some(reply::Body::Error(pb::Error {
+            code: code as i32,
+            message: message.to_string(),
+            object_id: Vec::new(),
+        })),
+    })
+}
+
+struct Connection {
+    client: ClientId,
+    shared: SharedRef,
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    inbuf: BytesMut,
+    /// Replies produced since the last flush; written in one call.
+    out: Vec<u8>,
+    rx: mpsc::Receiver<Notice>,
+    pending: Vec<PendingGet>,
+    /// Creates waiting for space, oldest first.
+    creates: Vec<PendingCreate>,
+    /// Woken when space may have been freed.
+    space: std::sync::Arc<tokio::sync::Notify>,
+    /// How events are framed, once the connection subscribed.
+    subscribed: Option<pb::EventFraming>,
+    /// This store's cluster, if it is in one.
+    cluster: Option<Arc<Cluster>>,
+    /// Cluster operations report back through this channel.
+    done_tx: mpsc::UnboundedSender<Completion>,
+    done_rx: mpsc::UnboundedReceiver<Completion>,
+}
+
+/// A request that is answered with an error and leaves the connection open.
+struct Refusal(pb::Error);
+
+/// A store-full refusal of a create that may succeed once space is freed.
+struct Waitable(pb::Error);
+
+fn refuse(code: pb::ErrorCode, message: String) -> Refusal {
+    Refusal(pb::Error {
+        code: code as i32,
+        message,
+        object_id: Vec::new(),
+    })
+}
+
+impl Connection {
+    /// The connection of a client that completed its handshake; `inbuf`
+    /// holds what it sent after its `Connect`.
+    fn new(
+        client: ClientId,
+        rx: mpsc::Receiver<Notice>,
+        shared: SharedRef,
+        cluster: Option<Arc<Cluster>>,
+        stream: UnixStream,
+        inbuf: BytesMut,
+    ) -> Self {
+        let (rd, wr) = stream.into_split();
+        let space = shared.lock().space.clone();
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Connection {
+            cluster,
+            done_tx,
+            done_rx,
+            space,
+            creates: Vec::new(),
+            client,
+            shared,
+            rd,
+            wr,
+            inbuf,
+            out: Vec::with_capacity(4096),
+            rx,
+            pending: Vec::new(),
+            subscribed: None,
+        }
+    }
+
+    async fn run(&mut self) -> Close {
+        loop {
+            if let Err(c) = self.drain_frames() {
+                let _ = self.flush().await;
+                return c;
+            }
+            if let Err(e) = self.flush().await {
+                return e.into();
+            }
+            let deadline = self
+                .pending
+                .iter()
+                .filter_map(|p| p.deadline)
+                .chain(self.creates.iter().filter_map(|c| c.deadline))
+                .min();
+            let space = self.space.clone();
+            tokio::select! {
+                biased;
+                _ = space.notified(), if !self.creates.is_empty() => self.retry_creates(None),
+                Some(done) = self.done_rx.recv() => self.on_completion(done),
+                notice = self.rx.recv() => match notice {
+                    Some(n) => self.on_notice(n),
+                    None => return Close::Violation(
+                        "too many undelivered events (client not reading its subscription)".into()),
+                },
+                r = self.rd.read_buf(&mut self.inbuf) => match r {
+                    Ok(0) => return Close::Eof,
+                    Ok(_) => {}
+                    Err(e) => return e.into(),
+                },
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    let now = Instant::now();
+                    self.expire(now);
+                    self.retry_creates(Some(now));
+                }
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            self.wr.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
+    /// Handles every complete frame in the input buffer.
+    fn drain_frames(&mut self) -> Result<(), Close> {
+        loop {
+            let body = match FrameCodec::REQUESTS.decode(&mut self.inbuf) {
+                Ok(Some(body)) => body,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    self.push_error(0, pb::ErrorCode::TooLarge, &e.to_string());
+                    return Err(Close::Violation(e.to_string()));
+                }
+            };
+            let req = pb::Request::decode(body).map_err(|e| {
+                let msg = format!("undecodable request: {e}");
+                self.push_error(0, pb::ErrorCode::ProtocolViolation, &msg);
+                Close::Violation(msg)
+            })?;
+            self.handle(req)?;
+        }
+    }
+
+    fn push_reply(&mut self, request_id: u64, body: reply::Body) {
+        let r = pb::Reply {
+            request_id,
+            body: Some(body),
+        };
+        FrameCodec::REPLIES.encode(&r, &mut self.out);
+    }
+
+    /// Queues an event for this subscriber, framed as it asked.
+    fn push_event(&mut self, e: &ferroplasma_store::Event) {
+        let event = convert::event(e);
+        if self.subscribed == Some(pb::EventFraming::PlasmaFrames) {
+            FrameCodec::PLASMA_EVENTS.encode(&event, &mut self.out);
+        } else {
+            self.push_reply(0, reply::Body::Event(event));
+        }
+    }
+
+    fn push_error(&mut self, request_id: u64, code: pb::ErrorCode, message: &str) {
+        self.push_reply(
+            request_id,
+            reply::Body::Error(pb::Error {
+                code: code as i32,
+                message: message.to_string(),
+                object_id: Vec::new(),
+            }),
+        );
+    }
+
+    fn handle(&mut self, req: pb::Request) -> Result<(), Close> {
+        let rid = req.request_id;
+        let Some(body) = req.body else {
+            self.push_error(
+                rid,
+                pb::ErrorCode::InvalidRequest,
+                "unknown or empty request type (is the client newer than the store?)",
+            );
+            return Ok(());
+        };
+        if self.subscribed.is_some() {
+            let msg = "a subscribed connection only receives events";
+            self.push_error(rid, pb::ErrorCode::ProtocolViolation, msg);
+            return Err(Close::Violation(msg.into()));
+        }
+        if let request::Body::Release(r) = body {
+            return self.release(r);
+        }
+        match self.dispatch(rid, body) {
+            Ok(Some(b)) => self.push_reply(rid, b),
+            Ok(None) => {}
+            Err(Refusal(e)) => self.push_reply(rid, reply::Body::Error(e)),
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, r: pb::Release) -> Result<(), Close> {
+        let ids = parse_ids(&r.object_ids).map_err(|Refusal(e)| Close::Violation(e.message))?;
+        let mut sh = self.shared.lock();
+        for id in ids {
+            let fx = sh
+                .store
+                .release(self.client, id)
+                .map_err(|e| Close::Violation(format!("release: {e}")))?;
+            sh.deliver(fx);
+        }
+        Ok(())
+    }
+
+    fn on_notice(&mut self, notice: Notice) {
+        match notice {
+            Notice::Event(e) => self.push_event(&e),
+            Notice::Sealed(id) => self.on_sealed(id),
+        }
+    }
+}
+
+fn parse_id(raw: &[u8]) -> Result<ObjectId, Refusal> {
+    ObjectId::from_slice(raw).map_err(|e| refuse(pb::ErrorCode::InvalidRequest, e.to_string()))
+}
+
+fn parse_ids(packed: &[u8]) -> Result<Vec<ObjectId>, Refusal> {
+    let n = packed.len() / ObjectId::LEN;
+    if n > MAX_IDS_PER_REQUEST {
+        return Err(refuse(
+            pb::ErrorCode::TooLarge,
+            format!("{n} ids in one request; the limit is {MAX_IDS_PER_REQUEST}, split the batch"),
+        ));
+    }
+    ferroplasma_protocol::unpack_ids(packed).map_err(|_| {
+        refuse(
+            pb::ErrorCode::InvalidRequest,
+            format!(
+                "object_ids holds {} bytes, not a multiple of {}",
+                packed.len(),
+                ObjectId::LEN
+            ),
+        )
+    })
+}
+
+fn store_refusal(e: ferroplasma_store::StoreError) -> Refusal {
+    Refusal(convert::error(&e))
+}
