@@ -45,6 +45,10 @@ pub struct Store {
     subscribers: BTreeSet<ClientId>,
     evictions: u64,
     evicted_bytes: u64,
+    /// Objects in memory that are sealed, and that someone references:
+    /// counted as they change, so that `stats` costs O(1).
+    sealed_count: u64,
+    referenced_count: u64,
     /// Spilled objects, when a spill directory is configured.
     spill: Option<SpillTable>,
 }
@@ -76,6 +80,8 @@ impl Store {
             subscribers: BTreeSet::new(),
             evictions: 0,
             evicted_bytes: 0,
+            sealed_count: 0,
+            referenced_count: 0,
             spill: None,
         }
     }
@@ -176,6 +182,7 @@ impl Store {
                 lru_tick: None,
             },
         );
+        self.referenced_count += 1;
         let c = self.clients.entry(client).or_default();
         c.created.insert(id);
         *c.refs.entry(id).or_insert(0) += 1;
@@ -193,6 +200,7 @@ impl Store {
         e.state = ObjectState::Sealed;
         e.seal_time_us = Some(now_us);
         let (loc, refs) = (e.location, e.ref_count);
+        self.sealed_count += 1;
         if let Some(c) = self.clients.get_mut(&client) {
             c.created.remove(&id);
         }
@@ -239,6 +247,9 @@ impl Store {
         if let Some(tick) = e.lru_tick.take() {
             self.lru.remove(tick);
         }
+        if e.ref_count == 0 {
+            self.referenced_count += 1;
+        }
         e.ref_count += 1;
         let loc = e.location;
         *self
@@ -262,6 +273,9 @@ impl Store {
                 }
                 if let Some(tick) = e.lru_tick.take() {
                     self.lru.remove(tick);
+                }
+                if e.ref_count == 0 {
+                    self.referenced_count += 1;
                 }
                 e.ref_count += 1;
                 *refs.entry(*id).or_insert(0) += 1;
@@ -409,6 +423,7 @@ impl Store {
                 continue;
             };
             debug_assert!(e.is_sealed() && e.ref_count == 0, "spilled a live object");
+            self.sealed_count -= 1;
             if let Some(tick) = e.lru_tick {
                 self.lru.remove(tick);
             }
@@ -472,6 +487,7 @@ impl Store {
         };
         entry.lru_tick = Some(self.lru.push(id, need));
         self.objects.insert(id, entry);
+        self.sealed_count += 1;
         Ok((location, s.at, fx))
     }
 
@@ -588,8 +604,8 @@ impl Store {
             capacity: self.capacity,
             used: self.alloc.used(),
             objects: self.objects.len() as u64,
-            sealed_objects: self.objects.values().filter(|e| e.is_sealed()).count() as u64,
-            referenced_objects: self.objects.values().filter(|e| e.ref_count > 0).count() as u64,
+            sealed_objects: self.sealed_count,
+            referenced_objects: self.referenced_count,
             clients: self.clients.len() as u64,
             evictions: self.evictions,
             evicted_bytes: self.evicted_bytes,
@@ -658,6 +674,9 @@ impl Store {
         let Some(e) = self.objects.get_mut(&id) else {
             return;
         };
+        if e.ref_count == 1 {
+            self.referenced_count -= 1;
+        }
         e.ref_count = e.ref_count.saturating_sub(1);
         if e.ref_count == 0 && e.is_sealed() {
             self.became_unreferenced(id, fx);
@@ -683,6 +702,12 @@ impl Store {
         };
         if let Some(tick) = e.lru_tick {
             self.lru.remove(tick);
+        }
+        if e.is_sealed() {
+            self.sealed_count -= 1;
+        }
+        if e.ref_count > 0 {
+            self.referenced_count -= 1;
         }
         self.alloc.free_range(e.location.offset, e.alloc_size);
         if !e.is_sealed() {

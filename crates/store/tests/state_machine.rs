@@ -229,6 +229,12 @@ proptest! {
             let held: u64 = list.iter().map(|i| ferroplasma_protocol::layout::allocation_size(
                 i.location.data_size, i.location.metadata_size)).sum();
             prop_assert_eq!(s.stats().used, held);
+            // The counters stats reports in O(1) match a recount.
+            let in_memory = list.iter().filter(|i| !i.spilled);
+            let sealed = in_memory.clone().filter(|i| i.state == ObjectState::Sealed).count();
+            let referenced = in_memory.filter(|i| i.ref_count > 0).count();
+            prop_assert_eq!(s.stats().sealed_objects, sealed as u64);
+            prop_assert_eq!(s.stats().referenced_objects, referenced as u64);
             for i in &list {
                 if let ObjectState::Created { creator } = i.state {
                     prop_assert!(clients.contains(&creator), "orphaned unsealed object");
@@ -316,6 +322,10 @@ fn spilling_keeps_the_books_without_io() {
     assert_eq!((at.segment, at.offset, at.len), (seg, 0, 1024));
     assert_eq!(loc.data_size, 1024);
     assert_eq!(s.get(c, id(1)), Some(loc));
+    // The counters follow objects out to disk and back.
+    let in_memory: Vec<_> = s.list().into_iter().filter(|i| !i.spilled).collect();
+    assert_eq!(s.stats().sealed_objects, in_memory.len() as u64);
+    assert_eq!(s.stats().referenced_objects, 1);
     // Restoring or deleting the last object of a segment frees it.
     for v in plan.iter().skip(1) {
         let (outcome, fx) = s.delete(v.id);

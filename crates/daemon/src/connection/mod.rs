@@ -16,6 +16,8 @@ mod dispatch;
 #[cfg(test)]
 mod fuzz;
 mod gets;
+#[cfg(test)]
+mod wakeups;
 
 use creates::PendingCreate;
 use gets::PendingGet;
@@ -250,6 +252,17 @@ impl Connection {
 
     async fn run(&mut self) -> Close {
         loop {
+            // Listen for freed space before anything below can free it or
+            // wait (the flush waits for a slow reader): a notification in
+            // between is then not lost. And space freed while the last
+            // event was handled is looked at now, before waiting again.
+            let space = self.space.clone();
+            let freed = space.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if !self.creates.is_empty() {
+                self.retry_creates(None);
+            }
             if let Err(c) = self.drain_frames() {
                 let _ = self.flush().await;
                 return c;
@@ -263,10 +276,9 @@ impl Connection {
                 .filter_map(|p| p.deadline)
                 .chain(self.creates.iter().filter_map(|c| c.deadline))
                 .min();
-            let space = self.space.clone();
             tokio::select! {
                 biased;
-                _ = space.notified(), if !self.creates.is_empty() => self.retry_creates(None),
+                _ = &mut freed, if !self.creates.is_empty() => self.retry_creates(None),
                 Some(done) = self.done_rx.recv() => self.on_completion(done),
                 notice = self.rx.recv() => match notice {
                     Some(n) => self.on_notice(n),
