@@ -11,6 +11,9 @@ use ferroplasma_store::StoreError;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Creates one connection may have waiting for space at once.
+pub const MAX_PARKED_CREATES: usize = 256;
+
 /// A create waiting for space (`Create.wait_ms != 0`).
 #[derive(Debug)]
 pub(super) struct PendingCreate {
@@ -35,6 +38,15 @@ impl Connection {
         claimed: bool,
     ) -> Result<Option<reply::Body>, Refusal> {
         match self.try_create(id, c.data_size, c.metadata_size, &c.metadata) {
+            Err(Waitable(_)) if c.wait_ms != 0 && self.creates.len() >= MAX_PARKED_CREATES => {
+                Err(refuse(
+                    pb::ErrorCode::TooLarge,
+                    format!(
+                        "{MAX_PARKED_CREATES} creates already wait for space on this connection \
+                         (the limit): wait for some to finish"
+                    ),
+                ))
+            }
             Err(Waitable(e)) if c.wait_ms != 0 => {
                 tracing::debug!(client = self.client, %id, wait_ms = c.wait_ms, "create waits for space: {}", e.message);
                 self.creates.push(PendingCreate {

@@ -1,57 +1,150 @@
 //! Gets: answered at once when every object is there, else parked until
 //! the objects are sealed (here or, in a cluster, pulled from a member) or
 //! the deadline passes.
+//!
+//! Parked gets are indexed by the objects they wait for and by deadline, so
+//! a seal wakes exactly its waiters (O(1) in the number of parked gets) and
+//! the next deadline is O(log n) away. A connection may park at most
+//! [`MAX_PARKED_GETS`] gets waiting for at most [`MAX_WAITING_IDS`] objects.
 
-use super::{parse_ids, store_refusal, Connection, Refusal};
+use super::{parse_ids, refuse, store_refusal, Connection, Refusal};
 use crate::convert;
 use ferroplasma_protocol::pb::{self, reply};
-use ferroplasma_protocol::ObjectId;
+use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::Location;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Gets one connection may have waiting at once.
+pub const MAX_PARKED_GETS: usize = 4096;
+
+/// Objects (not found yet) the parked gets of one connection may wait for.
+pub const MAX_WAITING_IDS: usize = 1_000_000;
+
 /// A get still waiting for some of its objects.
 #[derive(Debug)]
-pub(super) struct PendingGet {
+struct PendingGet {
     request_id: u64,
     ids: Vec<ObjectId>,
     found: Vec<Option<Location>>,
-    pub(super) deadline: Option<Instant>,
+    deadline: Option<Instant>,
+    /// Objects not found yet.
+    missing: usize,
 }
 
-impl PendingGet {
-    pub(super) fn complete(&self) -> bool {
-        self.found.iter().all(Option::is_some)
+/// The parked gets of one connection.
+#[derive(Debug, Default)]
+pub(super) struct ParkedGets {
+    by_key: HashMap<u64, PendingGet>,
+    /// Object → the gets waiting for it.
+    by_object: HashMap<ObjectId, Vec<u64>, IdHasher>,
+    deadlines: BTreeSet<(Instant, u64)>,
+    next_key: u64,
+    waiting_ids: usize,
+}
+
+impl ParkedGets {
+    /// When the earliest parked get times out.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.first().map(|(d, _)| *d)
     }
 
-    pub(super) fn wants(&self, id: &ObjectId) -> bool {
-        self.ids
-            .iter()
-            .zip(&self.found)
-            .any(|(i, f)| i == id && f.is_none())
+    fn park(&mut self, p: PendingGet) {
+        self.next_key += 1;
+        let key = self.next_key;
+        for (id, f) in p.ids.iter().zip(&p.found) {
+            if f.is_none() {
+                let waiting = self.by_object.entry(*id).or_default();
+                if waiting.last() != Some(&key) {
+                    waiting.push(key);
+                }
+            }
+        }
+        if let Some(d) = p.deadline {
+            self.deadlines.insert((d, key));
+        }
+        self.waiting_ids += p.missing;
+        self.by_key.insert(key, p);
+    }
+
+    /// Takes a get out; returns the objects nobody waits for any more.
+    fn unpark(&mut self, key: u64) -> Option<(PendingGet, Vec<ObjectId>)> {
+        let p = self.by_key.remove(&key)?;
+        if let Some(d) = p.deadline {
+            self.deadlines.remove(&(d, key));
+        }
+        self.waiting_ids -= p.missing;
+        let mut unwatched = Vec::new();
+        for (id, f) in p.ids.iter().zip(&p.found) {
+            if f.is_some() {
+                continue;
+            }
+            if let Some(keys) = self.by_object.get_mut(id) {
+                keys.retain(|k| *k != key);
+                if keys.is_empty() {
+                    self.by_object.remove(id);
+                    unwatched.push(*id);
+                }
+            }
+        }
+        Some((p, unwatched))
     }
 }
 
 impl Connection {
     pub(super) fn get(&mut self, rid: u64, g: pb::Get) -> Result<Option<reply::Body>, Refusal> {
         let ids = parse_ids(&g.object_ids)?;
-        let mut sh = self.shared.lock();
-        for id in &ids {
-            sh.unspill(*id).map_err(store_refusal)?;
+        let waits = g.timeout_ms != 0;
+        if waits && self.gets.by_key.len() >= MAX_PARKED_GETS {
+            return Err(refuse(
+                pb::ErrorCode::TooLarge,
+                format!(
+                    "{MAX_PARKED_GETS} gets already wait on this connection (the limit): wait \
+                     for some to finish, or use another connection"
+                ),
+            ));
         }
-        let found: Vec<Option<Location>> = ids
-            .iter()
-            .map(|id| sh.store.get(self.client, *id))
-            .collect();
+        let mut sh = self.shared.lock();
+        // Each object is brought back from the spill directory and pinned
+        // (referenced) before the next is: restoring one never spills another
+        // of the same batch.
+        let mut found: Vec<Option<Location>> = Vec::with_capacity(ids.len());
+        for id in &ids {
+            if let Err(e) = sh.unspill(*id) {
+                for (i, f) in ids.iter().zip(&found) {
+                    if f.is_some() {
+                        if let Ok(fx) = sh.store.release(self.client, *i) {
+                            sh.deliver(fx);
+                        }
+                    }
+                }
+                return Err(store_refusal(e));
+            }
+            found.push(sh.store.get(self.client, *id));
+        }
+        let missing = found.iter().filter(|f| f.is_none()).count();
         let pending = PendingGet {
             request_id: rid,
             ids,
             found,
             deadline: (g.timeout_ms > 0)
                 .then(|| Instant::now() + Duration::from_millis(g.timeout_ms as u64)),
+            missing,
         };
-        if pending.complete() || g.timeout_ms == 0 {
+        if missing == 0 || !waits {
             return Ok(Some(get_reply(&pending)));
+        }
+        if self.gets.waiting_ids + missing > MAX_WAITING_IDS {
+            drop(sh);
+            self.give_back(&pending);
+            return Err(refuse(
+                pb::ErrorCode::TooLarge,
+                format!(
+                    "the gets waiting on this connection would wait for more than \
+                     {MAX_WAITING_IDS} objects (the limit): wait for some to finish"
+                ),
+            ));
         }
         let mut remote = Vec::new();
         for (id, f) in pending.ids.iter().zip(&pending.found) {
@@ -68,81 +161,107 @@ impl Connection {
                 cl.want(id, pending.deadline, self.done_tx.clone());
             }
         }
-        self.pending.push(pending);
+        self.gets.park(pending);
         Ok(None)
     }
 
-    /// `id` was sealed: gets waiting for it take a reference now; those
+    /// `id` was sealed: the gets waiting for it take a reference now; those
     /// complete are answered.
     pub(super) fn on_sealed(&mut self, id: ObjectId) {
+        let Some(keys) = self.gets.by_object.remove(&id) else {
+            return;
+        };
         let mut sh = self.shared.lock();
-        let mut still_missing = false;
-        for p in &mut self.pending {
+        // Spilled between its seal and this notice: bring it back first.
+        let _ = sh.unspill(id);
+        let mut still_waiting = Vec::new();
+        let mut complete = Vec::new();
+        for key in keys {
+            let Some(p) = self.gets.by_key.get_mut(&key) else {
+                continue;
+            };
+            let mut wanted = false;
             for (i, f) in p.ids.iter().zip(p.found.iter_mut()) {
                 if *i == id && f.is_none() {
                     *f = sh.store.get(self.client, id);
-                    still_missing |= f.is_none();
-                }
-            }
-        }
-        // Evicted or deleted again before we got to it: keep waiting.
-        if still_missing {
-            sh.store.watch(self.client, id);
-        }
-        drop(sh);
-        self.answer_where(|p, _| p.complete(), Instant::now());
-    }
-
-    pub(super) fn expire(&mut self, now: Instant) {
-        self.answer_where(|p, now| p.deadline.is_some_and(|d| d <= now), now);
-    }
-
-    /// Answers and removes the pending gets `done` selects; withdraws the
-    /// watches no remaining get needs.
-    pub(super) fn answer_where(
-        &mut self,
-        done: impl Fn(&PendingGet, Instant) -> bool,
-        now: Instant,
-    ) {
-        let (finished, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|p| done(p, now));
-        self.pending = rest;
-        for p in &finished {
-            for (id, f) in p.ids.iter().zip(&p.found) {
-                if f.is_none() && !self.pending.iter().any(|q| q.wants(id)) {
-                    self.shared.lock().store.unwatch(self.client, *id);
-                }
-            }
-            self.push_reply(p.request_id, get_reply(p));
-        }
-    }
-
-    /// Answers every pending get that waits for `id` with `error`, giving
-    /// back the references those gets had taken.
-    pub(super) fn fail_gets(&mut self, id: ObjectId, error: pb::Error) {
-        let (failed, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending)
-            .into_iter()
-            .partition(|p| p.wants(&id));
-        self.pending = rest;
-        for p in failed {
-            {
-                let mut sh = self.shared.lock();
-                for (i, f) in p.ids.iter().zip(&p.found) {
-                    match f {
-                        Some(_) => {
-                            if let Ok(fx) = sh.store.release(self.client, *i) {
-                                sh.deliver(fx);
-                            }
-                        }
-                        None if !self.pending.iter().any(|q| q.wants(i)) => {
-                            sh.store.unwatch(self.client, *i)
-                        }
-                        None => {}
+                    if f.is_some() {
+                        p.missing -= 1;
+                        self.gets.waiting_ids -= 1;
+                    } else {
+                        wanted = true;
                     }
                 }
             }
+            if wanted {
+                still_waiting.push(key);
+            } else if p.missing == 0 {
+                complete.push(key);
+            }
+        }
+        // Evicted or deleted again before we got to it: keep waiting.
+        if !still_waiting.is_empty() {
+            sh.store.watch(self.client, id);
+            self.gets.by_object.insert(id, still_waiting);
+        }
+        drop(sh);
+        for key in complete {
+            self.answer(key);
+        }
+    }
+
+    /// Answers the gets whose deadline has passed.
+    pub(super) fn expire(&mut self, now: Instant) {
+        while let Some(&(d, key)) = self.gets.deadlines.first() {
+            if d > now {
+                break;
+            }
+            self.answer(key);
+        }
+    }
+
+    /// Answers a parked get with what it has; withdraws the watches nobody
+    /// needs any more.
+    fn answer(&mut self, key: u64) {
+        let Some((p, unwatched)) = self.gets.unpark(key) else {
+            return;
+        };
+        if !unwatched.is_empty() {
+            let mut sh = self.shared.lock();
+            for id in unwatched {
+                sh.store.unwatch(self.client, id);
+            }
+        }
+        self.push_reply(p.request_id, get_reply(&p));
+    }
+
+    /// Answers every parked get that waits for `id` with `error`, giving
+    /// back the references those gets had taken.
+    pub(super) fn fail_gets(&mut self, id: ObjectId, error: pb::Error) {
+        let keys = self.gets.by_object.get(&id).cloned().unwrap_or_default();
+        for key in keys {
+            let Some((p, unwatched)) = self.gets.unpark(key) else {
+                continue;
+            };
+            {
+                let mut sh = self.shared.lock();
+                for id in unwatched {
+                    sh.store.unwatch(self.client, id);
+                }
+            }
+            self.give_back(&p);
             self.push_reply(p.request_id, reply::Body::Error(error.clone()));
+        }
+    }
+
+    /// Releases the references a get that is not answered with them took.
+    fn give_back(&mut self, p: &PendingGet) {
+        let mut sh = self.shared.lock();
+        for (i, f) in p.ids.iter().zip(&p.found) {
+            if f.is_some() {
+                if let Ok(fx) = sh.store.release(self.client, *i) {
+                    sh.deliver(fx);
+                }
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ mod gets;
 mod wakeups;
 
 use creates::PendingCreate;
-use gets::PendingGet;
+use gets::ParkedGets;
 
 use crate::cluster::{Cluster, Completion};
 use crate::convert;
@@ -190,7 +190,7 @@ struct Connection {
     /// Replies produced since the last flush; written in one call.
     out: Vec<u8>,
     rx: mpsc::Receiver<Notice>,
-    pending: Vec<PendingGet>,
+    gets: ParkedGets,
     /// Creates waiting for space, oldest first.
     creates: Vec<PendingCreate>,
     /// Woken when space may have been freed.
@@ -245,7 +245,7 @@ impl Connection {
             inbuf,
             out: Vec::with_capacity(4096),
             rx,
-            pending: Vec::new(),
+            gets: ParkedGets::default(),
             subscribed: None,
         }
     }
@@ -271,9 +271,9 @@ impl Connection {
                 return e.into();
             }
             let deadline = self
-                .pending
-                .iter()
-                .filter_map(|p| p.deadline)
+                .gets
+                .next_deadline()
+                .into_iter()
                 .chain(self.creates.iter().filter_map(|c| c.deadline))
                 .min();
             tokio::select! {

@@ -100,3 +100,198 @@ fn space_freed_during_a_flush_wakes_a_waiting_create() {
         "{reply:?}"
     );
 }
+
+/// A store with a spill directory of its own, and a connection of a new
+/// client on it (its peer end discarded).
+struct Spilling {
+    rt: tokio::runtime::Runtime,
+    shared: SharedRef,
+    _dir: tempdir::Dir,
+}
+
+mod tempdir {
+    /// A directory removed on drop.
+    pub struct Dir(pub std::path::PathBuf);
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl Spilling {
+    fn new(capacity: u64) -> Self {
+        let dir = std::env::temp_dir().join(format!("fp-spill-{}", ObjectId::random().to_hex()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spill = crate::spill::SpillDir::create(&dir).unwrap();
+        let arena = Arena::create(capacity, None, false).unwrap();
+        let shared = SharedRef::new(Store::with_spill(capacity, 1 << 30), arena, Some(spill));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        Self {
+            rt,
+            shared,
+            _dir: tempdir::Dir(dir),
+        }
+    }
+
+    /// Creates and seals an object of `size` bytes (spilling others to make
+    /// room), holding no reference to it.
+    fn put(&self, size: u64) -> ObjectId {
+        let mut sh = self.shared.lock();
+        let (c, _rx) = sh.register();
+        let id = ObjectId::random();
+        sh.spill_for(size, 0).unwrap();
+        let (_, fx) = sh.store.create(c, id, size, 0, 0).unwrap();
+        sh.deliver(fx);
+        let fx = sh.store.seal(c, id, 0).unwrap();
+        sh.deliver(fx);
+        let fx = sh.store.release(c, id).unwrap();
+        sh.deliver(fx);
+        sh.disconnect(c);
+        id
+    }
+
+    fn connection(&self) -> Connection {
+        let (client, rx) = self.shared.lock().register();
+        let (ours, _theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let _guard = self.rt.enter();
+        let ours = tokio::net::UnixStream::from_std(ours).unwrap();
+        Connection::new(client, rx, self.shared.clone(), None, ours, BytesMut::new())
+    }
+}
+
+fn replies(conn: &Connection) -> Vec<pb::Reply> {
+    let mut out = BytesMut::from(&conn.out[..]);
+    let mut got = Vec::new();
+    while let Some(r) = FrameCodec::REPLIES
+        .decode_message::<pb::Reply>(&mut out)
+        .unwrap()
+    {
+        got.push(r);
+    }
+    got
+}
+
+/// A batched get of spilled objects that cannot all be in memory at once
+/// is answered (with an error), not parked forever: restoring the second
+/// object used to spill the first again, and the get then waited for a seal
+/// that never comes.
+#[test]
+fn a_batched_get_of_spilled_objects_never_waits_for_itself() {
+    let s = Spilling::new(1 << 20);
+    let a = s.put(600 << 10);
+    let b = s.put(600 << 10); // spills a
+    assert!(s.shared.lock().store.is_spilled(&a));
+    let mut conn = s.connection();
+    let got = conn.get(
+        1,
+        pb::Get {
+            object_ids: pack_ids(&[a, b]),
+            timeout_ms: -1,
+        },
+    );
+    match got {
+        Ok(Some(reply::Body::Get(g))) => {
+            assert!(g.results.iter().all(|r| r.location.is_some()));
+        }
+        Err(super::Refusal(e)) => assert_eq!(e.code, pb::ErrorCode::StoreFull as i32, "{e:?}"),
+        Ok(other) => panic!("the get was parked waiting for its own objects: {other:?}"),
+    }
+    // Nothing is left referenced by the refused get.
+    drop(conn);
+    assert_eq!(s.shared.lock().store.stats().referenced_objects, 0);
+}
+
+/// An object spilled between its seal and the notice to a waiting get is
+/// brought back and handed over.
+#[test]
+fn an_object_spilled_before_its_waiter_heard_of_the_seal_is_delivered() {
+    let s = Spilling::new(1 << 20);
+    let mut conn = s.connection();
+    let x = ObjectId::random();
+    let parked = conn.get(
+        1,
+        pb::Get {
+            object_ids: pack_ids(&[x]),
+            timeout_ms: -1,
+        },
+    );
+    assert!(matches!(parked, Ok(None)), "parked");
+    // Another client seals x; before the waiting connection handles the
+    // notice, a large create spills x.
+    {
+        let mut sh = s.shared.lock();
+        let (c, _rx) = sh.register();
+        sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
+        let fx = sh.store.seal(c, x, 0).unwrap();
+        sh.deliver(fx);
+        let fx = sh.store.release(c, x).unwrap();
+        sh.deliver(fx);
+        sh.disconnect(c);
+    }
+    s.put(900 << 10); // needs x's room
+    assert!(s.shared.lock().store.is_spilled(&x));
+    let notice = conn.rx.try_recv().expect("the seal notice");
+    conn.on_notice(notice);
+    let got = replies(&conn);
+    assert_eq!(got.len(), 1, "the get is answered");
+    let Some(reply::Body::Get(g)) = &got[0].body else {
+        panic!("{got:?}")
+    };
+    assert!(g.results[0].location.is_some(), "with the object");
+}
+
+/// The budgets of one connection: parked gets and the objects they wait
+/// for are capped, with an error that names the limit.
+#[test]
+fn parked_gets_are_capped_per_connection() {
+    let s = Spilling::new(1 << 20);
+    let mut conn = s.connection();
+    let park = |conn: &mut Connection, rid: u64, n: usize| {
+        let ids: Vec<ObjectId> = (0..n).map(|_| ObjectId::random()).collect();
+        conn.get(
+            rid,
+            pb::Get {
+                object_ids: pack_ids(&ids),
+                timeout_ms: -1,
+            },
+        )
+    };
+    for rid in 0..super::gets::MAX_PARKED_GETS as u64 {
+        assert!(matches!(park(&mut conn, rid, 1), Ok(None)));
+    }
+    match park(&mut conn, 1 << 40, 1) {
+        Err(super::Refusal(e)) => {
+            assert_eq!(e.code, pb::ErrorCode::TooLarge as i32);
+            assert!(
+                e.message.contains("4096 gets already wait"),
+                "{}",
+                e.message
+            );
+        }
+        _ => panic!("over the limit"),
+    }
+    // A get that does not wait is still answered.
+    assert!(matches!(
+        conn.get(
+            7,
+            pb::Get {
+                object_ids: pack_ids(&[ObjectId::random()]),
+                timeout_ms: 0
+            }
+        ),
+        Ok(Some(_))
+    ));
+    let mut fresh = s.connection();
+    for rid in 0..10 {
+        assert!(matches!(park(&mut fresh, rid, 100_000), Ok(None)));
+    }
+    match park(&mut fresh, 11, 1) {
+        Err(super::Refusal(e)) => assert!(e.message.contains("1000000 objects"), "{}", e.message),
+        _ => panic!("over the objects limit"),
+    }
+}
