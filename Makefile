@@ -13,10 +13,10 @@ help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 # Python tools and test dependencies, from PyPI, into .venv (once).
-$(VENV)/.deps: pyproject.toml
+$(VENV)/.deps: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff pytest numpy pandas pyarrow matplotlib duckdb tqdm
+	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff mypy pytest numpy pandas pyarrow matplotlib duckdb tqdm
 	touch $@
 
 build: $(VENV)/.deps ## Build (release) the Python package into .venv, with the `ferroplasma` command
@@ -56,11 +56,13 @@ test-plasma: build $(PLASMA_SUITE) ## Plasma's own test suite (pyarrow 11.0.0's 
 	cd $(dir $(PLASMA_SUITE)) && PYTHONPATH=$(CURDIR)/python/tests/plasma_suite \
 	  $(CURDIR)/$(VENV)/bin/python -m pytest -q -rs -p plasma_suite_plugin test_plasma.py
 
-lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff
+lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff, _native.pyi against the built module (stubtest)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python bench
 	$(VENV)/bin/ruff format --check python bench
+	$(MAKE) build
+	$(VENV)/bin/python -m mypy.stubtest ferroplasma._native
 
 fmt: $(VENV)/.deps ## Format the code
 	$(CARGO) fmt --all

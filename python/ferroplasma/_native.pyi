@@ -1,7 +1,22 @@
-"""Type stubs of the private native module (PyO3)."""
+"""Type stubs of the private native module (PyO3). `make lint` checks them
+against the built module (mypy's stubtest)."""
 
 import builtins
+import os
+from typing import final
 
+__all__ = [
+    "Buffer",
+    "NativeClient",
+    "NativeSubscription",
+    "WritableBuffer",
+    "decode_events",
+    "decode_plasma_event",
+    "default_socket",
+    "run_cli",
+]
+
+@final
 class Buffer:
     """A sealed object: read-only, zero-copy; supports the buffer protocol."""
 
@@ -13,6 +28,7 @@ class Buffer:
     def address(self) -> int: ...
     def __len__(self) -> int: ...
 
+@final
 class WritableBuffer:
     """An object being created: writable until sealed."""
 
@@ -20,12 +36,14 @@ class WritableBuffer:
     def object_id(self) -> bytes: ...
     def __len__(self) -> int: ...
 
+@final
 class NativeSubscription:
     def next_event(self, timeout: float | None = None) -> tuple[str, bytes, int, int] | None: ...
     def fileno(self) -> int: ...
 
+@final
 class NativeClient:
-    def __init__(self, socket: str | None = None) -> None: ...
+    def __new__(cls, socket: str | os.PathLike[str] | None = None) -> NativeClient: ...
     @property
     def capacity(self) -> int: ...
     @property

@@ -6,6 +6,9 @@ use std::path::PathBuf;
 /// Default cap on the automatic memory size: 8 GiB.
 pub const DEFAULT_MEMORY_CAP: u64 = 8 << 30;
 
+/// Default for `--max-clients`.
+pub const DEFAULT_MAX_CLIENTS: u32 = 4096;
+
 /// Settings of one store.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreConfig {
@@ -57,6 +60,12 @@ pub struct StoreConfig {
     /// Default: the free space of its filesystem at start.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory, requires = "spill_dir")]
     pub spill_limit: Option<u64>,
+
+    /// Most clients connected at once (subscriptions and the commands
+    /// count too); one more is told the store is busy.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CLIENTS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_clients: u32,
 
     /// User ids allowed to connect (checked with SO_PEERCRED), comma
     /// separated. Default: the store's own user and root.
@@ -150,6 +159,7 @@ impl StoreConfig {
             prefault: false,
             spill_dir: None,
             spill_limit: None,
+            max_clients: DEFAULT_MAX_CLIENTS,
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),
             cluster_listen: None,

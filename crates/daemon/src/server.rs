@@ -7,6 +7,7 @@ use crate::shared::SharedRef;
 use crate::spill::SpillDir;
 use crate::{connection, listener, DaemonError};
 use ferroplasma_store::Store;
+use std::sync::Arc;
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -58,6 +59,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
             (None, false) => "memfd".into(),
         }
     );
+    let clients = Arc::new(tokio::sync::Semaphore::new(config.max_clients as usize));
     let mut term = signal(SignalKind::terminate()).map_err(|e| DaemonError::io("SIGTERM", e))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| DaemonError::io("SIGINT", e))?;
     loop {
@@ -66,7 +68,18 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
                 Ok((stream, _)) => {
                     match stream.peer_cred() {
                         Ok(c) if config.allows(c.uid(), c.gid()) => {
-                            tokio::spawn(connection::serve(stream, shared.clone(), cluster.clone()));
+                            match clients.clone().try_acquire_owned() {
+                                Ok(permit) => {
+                                    let (shared, cluster) = (shared.clone(), cluster.clone());
+                                    tokio::spawn(async move {
+                                        connection::serve(stream, shared, cluster).await;
+                                        drop(permit);
+                                    });
+                                }
+                                Err(_) => {
+                                    tokio::spawn(connection::refuse_busy(stream, config.max_clients));
+                                }
+                            }
                         }
                         Ok(c) => tracing::warn!(
                             uid = c.uid(), gid = c.gid(), pid = c.pid(),

@@ -639,3 +639,23 @@ fn hugepages_without_reserved_pages_fail_with_a_hint() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nr_hugepages"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn clients_over_the_maximum_are_told_the_store_is_busy() {
+    let store = TestStore::start_with("8MiB", &["--max-clients", "2"]);
+    let mut held = Vec::new();
+    store.eventually("two clients connected", || {
+        if let Ok(c) = Client::connect(Some(store.path())) {
+            held.push(c);
+        }
+        held.len() == 2
+    });
+    let err = Client::connect(Some(store.path())).unwrap_err();
+    assert!(err.to_string().contains("--max-clients"), "{err}");
+    held[1].stats().unwrap();
+    held.pop();
+    store.eventually("a place frees up when a client leaves", || {
+        Client::connect(Some(store.path())).is_ok()
+    });
+    held[0].stats().unwrap();
+}

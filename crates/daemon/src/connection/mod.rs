@@ -97,6 +97,21 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Ar
     shared.lock().disconnect(client);
 }
 
+/// Answers a client over `--max-clients` that the store is busy, and hangs up.
+pub async fn refuse_busy(mut stream: UnixStream, max: u32) {
+    tracing::warn!(
+        max,
+        "connection refused: the store serves its maximum of clients (--max-clients)"
+    );
+    let msg = format!(
+        "the store already serves its maximum of {max} clients: retry when some have \
+         disconnected, or start the store with more --max-clients"
+    );
+    let _ = stream
+        .write_all(&error_frame(0, pb::ErrorCode::TooLarge, &msg))
+        .await;
+}
+
 /// Reads the `Connect` (bytes after it stay in `inbuf` for the connection)
 /// and answers it with the arena's descriptor.
 async fn handshake(
