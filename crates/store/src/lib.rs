@@ -10,22 +10,27 @@
 //! - [`stats`] — [`Stats`].
 //! - `spill` — the books of spilled objects and spill segments ([`SpillRef`]).
 //! - [`error`] — [`StoreError`].
-//! - `lru` — the eviction queue (least recently released first).
+//! - [`policy`] — [`EvictionPolicy`]: which objects to evict (the store
+//!   evicts them).
+//! - [`lru`] — [`Lru`], the default policy: least recently released first.
 //! - `clients` — per-client references, creations and waits.
 
 pub mod allocator;
 mod clients;
 pub mod error;
 pub mod events;
-mod lru;
+pub mod lru;
 pub mod object;
+pub mod policy;
 mod spill;
 pub mod stats;
 pub mod store;
 
 pub use error::StoreError;
 pub use events::{Effects, Event, EventKind, Notice};
+pub use lru::Lru;
 pub use object::{ClientId, Location, ObjectInfo, ObjectState};
+pub use policy::EvictionPolicy;
 pub use spill::SpillRef;
 pub use stats::Stats;
 pub use store::{DeleteOutcome, SpillVictim, Store};

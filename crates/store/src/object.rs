@@ -50,8 +50,8 @@ pub(crate) struct Entry {
     pub seal_time_us: Option<i64>,
     /// Delete requested while referenced or unsealed.
     pub delete_pending: bool,
-    /// Position in the eviction queue while evictable.
-    pub lru_tick: Option<u64>,
+    /// Handed to the eviction policy (sealed and unreferenced).
+    pub evictable: bool,
 }
 
 impl Entry {

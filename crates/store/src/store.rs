@@ -7,8 +7,9 @@ use crate::allocator::Allocator;
 use crate::clients::ClientState;
 use crate::error::StoreError;
 use crate::events::{Effects, Event, EventKind, Notice};
-use crate::lru::LruQueue;
+use crate::lru::Lru;
 use crate::object::{ClientId, Entry, Location, ObjectInfo, ObjectState};
+use crate::policy::EvictionPolicy;
 use crate::spill::{SpillRef, SpillTable, Spilled};
 use crate::stats::Stats;
 use ferroplasma_protocol::layout::allocation_size;
@@ -40,7 +41,8 @@ pub struct Store {
     objects: HashMap<ObjectId, Entry, IdHasher>,
     clients: HashMap<ClientId, ClientState>,
     next_client: ClientId,
-    lru: LruQueue,
+    /// Which evictable objects go first (mechanism here, policy there).
+    policy: Box<dyn EvictionPolicy>,
     waiters: HashMap<ObjectId, Vec<ClientId>, IdHasher>,
     subscribers: BTreeSet<ClientId>,
     evictions: u64,
@@ -75,7 +77,7 @@ impl Store {
             objects: HashMap::default(),
             clients: HashMap::new(),
             next_client: 1,
-            lru: LruQueue::default(),
+            policy: Box::new(Lru::default()),
             waiters: HashMap::default(),
             subscribers: BTreeSet::new(),
             evictions: 0,
@@ -83,6 +85,15 @@ impl Store {
             sealed_count: 0,
             referenced_count: 0,
             spill: None,
+        }
+    }
+
+    /// A store that chooses what to evict with `policy` instead of
+    /// [`Lru`].
+    pub fn with_policy(capacity: u64, policy: Box<dyn EvictionPolicy>) -> Self {
+        Self {
+            policy,
+            ..Self::new(capacity)
         }
     }
 
@@ -158,7 +169,7 @@ impl Store {
             return Err(StoreError::StoreFull {
                 requested: data_size.saturating_add(metadata_size),
                 free: self.alloc.free(),
-                evictable: self.lru.bytes(),
+                evictable: self.policy.bytes(),
                 capacity: self.capacity,
             });
         }
@@ -179,7 +190,7 @@ impl Store {
                 create_time_us: now_us,
                 seal_time_us: None,
                 delete_pending: false,
-                lru_tick: None,
+                evictable: false,
             },
         );
         self.referenced_count += 1;
@@ -244,8 +255,8 @@ impl Store {
         if !e.is_sealed() || e.delete_pending {
             return None;
         }
-        if let Some(tick) = e.lru_tick.take() {
-            self.lru.remove(tick);
+        if std::mem::take(&mut e.evictable) {
+            self.policy.remove(&id);
         }
         if e.ref_count == 0 {
             self.referenced_count += 1;
@@ -271,8 +282,8 @@ impl Store {
                 if !e.is_sealed() || e.delete_pending {
                     return None;
                 }
-                if let Some(tick) = e.lru_tick.take() {
-                    self.lru.remove(tick);
+                if std::mem::take(&mut e.evictable) {
+                    self.policy.remove(id);
                 }
                 if e.ref_count == 0 {
                     self.referenced_count += 1;
@@ -357,7 +368,7 @@ impl Store {
         let need = allocation_size(data_size, metadata_size);
         if self.spill.is_none()
             || need > self.alloc.capacity()
-            || self.alloc.free() + self.lru.bytes() < need
+            || self.alloc.free() + self.policy.bytes() < need
         {
             return Vec::new();
         }
@@ -370,7 +381,7 @@ impl Store {
         let batch = (self.capacity / 8).min(SPILL_BATCH_MAX);
         let mut plan = Vec::new();
         let (mut planned, mut fits) = (0, false);
-        for id in self.lru.iter() {
+        for id in self.policy.victims() {
             if fits && planned >= batch {
                 break;
             }
@@ -424,8 +435,8 @@ impl Store {
             };
             debug_assert!(e.is_sealed() && e.ref_count == 0, "spilled a live object");
             self.sealed_count -= 1;
-            if let Some(tick) = e.lru_tick {
-                self.lru.remove(tick);
+            if e.evictable {
+                self.policy.remove(&v.id);
             }
             self.alloc.free_range(e.location.offset, e.alloc_size);
             batch.push((
@@ -483,9 +494,10 @@ impl Store {
             create_time_us: s.create_time_us,
             seal_time_us: s.construct_us.map(|c| s.create_time_us + c),
             delete_pending: false,
-            lru_tick: None,
+            evictable: false,
         };
-        entry.lru_tick = Some(self.lru.push(id, need));
+        entry.evictable = true;
+        self.policy.add(id, need);
         self.objects.insert(id, entry);
         self.sealed_count += 1;
         Ok((location, s.at, fx))
@@ -526,7 +538,9 @@ impl Store {
         let mut fx = Effects::default();
         let (mut freed, mut count) = (0, 0);
         while freed < bytes {
-            let Some(id) = self.lru.oldest() else { break };
+            let Some(id) = self.policy.victims().next() else {
+                break;
+            };
             freed += self
                 .objects
                 .get(&id)
@@ -612,7 +626,7 @@ impl Store {
             largest_free_block: self.alloc.largest_free(),
             free_blocks: self.alloc.free_ranges() as u64,
             fragmentation: self.alloc.fragmentation(),
-            evictable_bytes: self.lru.bytes(),
+            evictable_bytes: self.policy.bytes(),
             spilled_objects: self.spill.as_ref().map_or(0, |t| t.objects.len() as u64),
             spilled_bytes: self.spill.as_ref().map_or(0, |t| t.live_bytes()),
             spill_dir_bytes: self.spill.as_ref().map_or(0, |t| t.used),
@@ -643,17 +657,18 @@ impl Store {
         let full = StoreError::StoreFull {
             requested: need,
             free: self.alloc.free(),
-            evictable: self.lru.bytes(),
+            evictable: self.policy.bytes(),
             capacity: self.capacity,
         };
-        if need > self.alloc.capacity() || self.alloc.free() + self.lru.bytes() < need {
+        if need > self.alloc.capacity() || self.alloc.free() + self.policy.bytes() < need {
             return Err(full);
         }
         loop {
             if let Some(offset) = self.alloc.allocate(need) {
                 return Ok(offset);
             }
-            match self.lru.oldest() {
+            let victim = self.policy.victims().next();
+            match victim {
                 Some(id) => {
                     self.evict_one(id, fx);
                 }
@@ -691,8 +706,9 @@ impl Store {
         };
         if e.delete_pending {
             self.remove_object(id, true, fx);
-        } else if e.lru_tick.is_none() {
-            e.lru_tick = Some(self.lru.push(id, e.alloc_size));
+        } else if !e.evictable {
+            e.evictable = true;
+            self.policy.add(id, e.alloc_size);
         }
     }
 
@@ -700,8 +716,8 @@ impl Store {
         let Some(e) = self.objects.remove(&id) else {
             return;
         };
-        if let Some(tick) = e.lru_tick {
-            self.lru.remove(tick);
+        if e.evictable {
+            self.policy.remove(&id);
         }
         if e.is_sealed() {
             self.sealed_count -= 1;

@@ -362,3 +362,42 @@ fn a_taken_id_needs_no_room() {
     s.create(c, id(2), 10, 0, 0).unwrap();
     assert!(s.exists(&id(2)), "unsealed objects take their id too");
 }
+
+/// A policy that evicts the largest object first: the store's eviction
+/// mechanism follows whatever the policy names.
+#[derive(Debug, Default)]
+struct LargestFirst(std::collections::BTreeMap<(std::cmp::Reverse<u64>, [u8; 20]), ObjectId>);
+
+impl ferroplasma_store::EvictionPolicy for LargestFirst {
+    fn add(&mut self, id: ObjectId, size: u64) {
+        self.0.insert((std::cmp::Reverse(size), id.0), id);
+    }
+    fn remove(&mut self, id: &ObjectId) {
+        self.0.retain(|_, v| v != id);
+    }
+    fn victims(&self) -> Box<dyn Iterator<Item = ObjectId> + '_> {
+        Box::new(self.0.values().copied())
+    }
+    fn bytes(&self) -> u64 {
+        self.0.keys().map(|(s, _)| s.0).sum()
+    }
+    fn contains(&self, id: &ObjectId) -> bool {
+        self.0.values().any(|v| v == id)
+    }
+}
+
+#[test]
+fn eviction_follows_the_policy() {
+    let mut s = Store::with_policy(64 * 10, Box::new(LargestFirst::default()));
+    let c = s.connect();
+    sealed(&mut s, c, 1, 64);
+    sealed(&mut s, c, 2, 64 * 4);
+    sealed(&mut s, c, 3, 64 * 2);
+    // 7 of 10 slots used; 4 more need room: the largest (2) goes, not the oldest (1).
+    s.create(c, id(4), 64 * 4, 0, 0).unwrap();
+    assert!(!s.contains(&id(2)));
+    assert!(s.contains(&id(1)) && s.contains(&id(3)));
+    let (_, n, _) = s.evict(1);
+    assert_eq!(n, 1);
+    assert!(!s.contains(&id(3)), "then the next largest");
+}
