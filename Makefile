@@ -34,8 +34,13 @@ run: build ## Build and start a store with the defaults (Ctrl-C stops it); ARGS=
 
 test: test-rust test-python test-plasma ## Run every test (Rust, Python and Plasma's own suite, against real stores)
 
-test-rust: ## Rust unit, property and integration tests
+# Tests that need root (network namespaces, other users) are marked ignored,
+# so that elsewhere they are reported as skipped; as root they run here.
+test-rust: ## Rust unit, property and integration tests (root-only ones when root)
 	$(CARGO) test --workspace
+	@if [ "$$(id -u)" = 0 ]; then \
+	  $(CARGO) test -p ferroplasma-daemon -- --ignored root_; \
+	else echo "test-rust: root-only tests skipped (not root)"; fi
 
 test-python: build wheel ## Python tests (pytest) against real stores
 	$(VENV)/bin/python -m pytest -q python/tests
