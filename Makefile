@@ -76,6 +76,7 @@ fmt: $(VENV)/.deps ## Format the code
 # The reliability tests at 20x their CI size; they print their counts.
 stress: ## Fuzz, kill, stress and hostile-input tests, 20x longer than in make test
 	FP_STRESS_SCALE=20 FP_FUZZ_CASES=500000 $(CARGO) test --release -p ferroplasma-protocol --test fuzz_decoder -- --nocapture
+	FP_FUZZ_CASES=500000 $(CARGO) test --release -p ferroplasma-daemon --lib connection::fuzz -- --nocapture
 	FP_STRESS_SCALE=20 $(CARGO) test --release -p ferroplasma-daemon --test chaos --test robustness --test reliability -- --nocapture --test-threads=1
 
 bench: ## Per-operation latency next to a Unix-socket round trip, as ratios
