@@ -208,7 +208,10 @@ def test_reader_sees_what_the_writer_stored(adapter):
     adapter.delete(keys)
 
 
-def test_worker_process_protocol(tmp_path):
+def test_worker_process_protocol(tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # where the worker's scratch dir goes
     w = run.Worker("shm", str(tmp_path))
     try:
         assert w.ask(cmd="start", capacity=1 << 20)["ok"]
@@ -216,8 +219,10 @@ def test_worker_process_protocol(tmp_path):
         assert r["ok"] and r["result"]["get"]["n"] == 5
         bad = w.ask(cmd="run", workload="nonsense")
         assert not bad["ok"] and "unknown workload" in bad["error"]
+        assert [p.name[:11] for p in scratch.iterdir()] == ["fp-compare-"]
     finally:
         w.close()
+    assert list(scratch.iterdir()) == [], "the worker removed its scratch directory"
 
 
 def test_limits_are_measured():
