@@ -5,14 +5,12 @@
 //! the client is gone the store holds no reference or unsealed object of it. `FP_FUZZ_CASES` sets
 //! the number of cases (default 2000).
 
-use super::{Close, Connection};
-use crate::arena::Arena;
+use super::{testkit, Close};
 use crate::shared::SharedRef;
 use bytes::BytesMut;
 use ferroplasma_protocol::frame::{encode_frame, FrameCodec};
 use ferroplasma_protocol::pb::{self, request};
 use ferroplasma_protocol::{pack_ids, ObjectId};
-use ferroplasma_store::Store;
 use proptest::prelude::*;
 use prost::Message;
 
@@ -86,17 +84,9 @@ fn stream_of(bodies: Vec<request::Body>) -> Vec<u8> {
 /// Runs `input` through a fresh connection of a store shared by every case;
 /// returns whether the connection survived.
 fn feed(rt: &tokio::runtime::Runtime, shared: &SharedRef, input: &[u8]) -> bool {
+    let (mut conn, _peer) = testkit::connection(rt, shared, input);
+    let client = conn.client;
     rt.block_on(async {
-        let (client, rx) = shared.lock().register();
-        let (ours, _peer) = tokio::net::UnixStream::pair().expect("socketpair");
-        let mut conn = Connection::new(
-            client,
-            rx,
-            shared.clone(),
-            None,
-            ours,
-            BytesMut::from(input),
-        );
         let verdict = conn.drain_frames();
         // Parked gets whose deadline passed are answered too.
         conn.expire(tokio::time::Instant::now() + std::time::Duration::from_secs(3600));
@@ -116,13 +106,7 @@ fn feed(rt: &tokio::runtime::Runtime, shared: &SharedRef, input: &[u8]) -> bool 
 }
 
 fn fixture() -> (tokio::runtime::Runtime, SharedRef) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let arena = Arena::create(1 << 20, None, false).expect("arena");
-    let shared = SharedRef::new(Store::new(1 << 20), arena, None);
-    (rt, shared)
+    (testkit::runtime(), testkit::store(1 << 20))
 }
 
 /// Once the client is gone: no reference and no unsealed object of it is

@@ -17,6 +17,8 @@ mod dispatch;
 mod fuzz;
 mod gets;
 #[cfg(test)]
+mod testkit;
+#[cfg(test)]
 mod wakeups;
 
 use creates::PendingCreate;

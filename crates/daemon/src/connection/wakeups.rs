@@ -1,7 +1,7 @@
 //! Regression tests of the connection loop's waits, against a real
 //! [`Connection`] on a socket pair.
 
-use super::Connection;
+use super::{testkit, Connection};
 use crate::arena::Arena;
 use crate::shared::SharedRef;
 use bytes::BytesMut;
@@ -16,12 +16,8 @@ use std::time::Duration;
 /// between the flush and the wait.
 #[test]
 fn space_freed_during_a_flush_wakes_a_waiting_create() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let arena = Arena::create(1 << 20, None, false).unwrap();
-    let shared = SharedRef::new(Store::new(1 << 20), arena, None);
+    let rt = testkit::runtime();
+    let shared = testkit::store(1 << 20);
     // Another client fills the store with an object it holds.
     let (holder, _holder_rx) = shared.lock().register();
     let big = ObjectId::random();
@@ -54,19 +50,8 @@ fn space_freed_during_a_flush_wakes_a_waiting_create() {
             metadata_size: 0,
         })),
     }));
-    let (client, rx) = shared.lock().register();
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-    ours.set_nonblocking(true).unwrap();
+    let (mut conn, theirs) = testkit::connection(&rt, &shared, &input);
     let got = rt.block_on(async {
-        let ours = tokio::net::UnixStream::from_std(ours).unwrap();
-        let mut conn = Connection::new(
-            client,
-            rx,
-            shared.clone(),
-            None,
-            ours,
-            BytesMut::from(&input[..]),
-        );
         let task = tokio::spawn(async move { conn.run().await });
         // Let the connection handle everything and block in its flush.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -126,12 +111,8 @@ impl Spilling {
         let spill = crate::spill::SpillDir::create(&dir).unwrap();
         let arena = Arena::create(capacity, None, false).unwrap();
         let shared = SharedRef::new(Store::with_spill(capacity, 1 << 30), arena, Some(spill));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         Self {
-            rt,
+            rt: testkit::runtime(),
             shared,
             _dir: tempdir::Dir(dir),
         }
@@ -155,12 +136,7 @@ impl Spilling {
     }
 
     fn connection(&self) -> Connection {
-        let (client, rx) = self.shared.lock().register();
-        let (ours, _theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-        ours.set_nonblocking(true).unwrap();
-        let _guard = self.rt.enter();
-        let ours = tokio::net::UnixStream::from_std(ours).unwrap();
-        Connection::new(client, rx, self.shared.clone(), None, ours, BytesMut::new())
+        testkit::connection(&self.rt, &self.shared, &[]).0
     }
 }
 
