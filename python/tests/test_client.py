@@ -119,8 +119,10 @@ def test_blocking_get_is_woken_by_a_put_elsewhere(store):
     waiter = store.connect()
     t = threading.Thread(target=lambda: result.append(waiter.get(oid, timeout=10)))
     t.start()
-    time.sleep(0.1)
-    store.connect().put({"k": np.arange(3)}, oid)
+    other = store.connect()
+    # Put only once the get waits, so that the wake-up is what runs.
+    eventually(lambda: other.stats()["awaited_objects"] == 1, what="the get to wait")
+    other.put({"k": np.arange(3)}, oid)
     t.join(10)
     assert list(result[0]["k"]) == [0, 1, 2]
 
@@ -264,7 +266,7 @@ def test_blocking_calls_release_the_gil(client):
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.05)
+    eventually(lambda: client.stats()["awaited_objects"] == 1, what="the get to wait")
     # While the other thread waits in the store, this one keeps running Python.
     spins, t0 = 0, time.monotonic()
     while time.monotonic() - t0 < 0.3:

@@ -212,7 +212,8 @@ def test_a_client_killed_while_blocked_in_get_leaves_the_store_up(store):
     )
     child = subprocess.Popen([sys.executable, "-c", code, name], stdout=subprocess.PIPE)
     assert child.stdout.readline().strip() == b"ready"
-    time.sleep(0.1)
+    probe = fp.connect(name)
+    eventually(lambda: probe.stats()["awaited_objects"] == 1, what="the child's get to wait")
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     c = plasma.connect(name)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import ferroplasma as fp
+from conftest import eventually
 
 
 def test_spilled_objects_are_listed_and_come_back(tmp_path):
@@ -64,7 +65,8 @@ def test_a_dying_store_raises_store_unavailable():
 
         t = threading.Thread(target=blocked)
         t.start()
-        time.sleep(0.2)
+        probe = store.connect()
+        eventually(lambda: probe.stats()["awaited_objects"] == 1, what="the get to wait")
         os.kill(store.process.pid, signal.SIGKILL)
         t.join(5)
         assert not t.is_alive(), "the blocked get hung"

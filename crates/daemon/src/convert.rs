@@ -91,5 +91,6 @@ pub fn stats(s: &Stats) -> pb::StatsReply {
         spills: s.spills,
         restores: s.restores,
         evictable_bytes: s.evictable_bytes,
+        awaited_objects: s.awaited_objects,
     }
 }

@@ -180,7 +180,10 @@ fn a_get_waits_for_an_object_created_later_elsewhere() {
             .remove(0);
         (got.map(|b| b.data().to_vec()), t0.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(300));
+    let probe = m[2].client();
+    eventually("the get is parked", Duration::from_secs(10), || {
+        probe.stats().unwrap().awaited_objects == 1
+    });
     put(&m[0].client(), id, 5000);
     let (data, took) = t.join().unwrap();
     assert_eq!(data.unwrap(), content(id, 5000));

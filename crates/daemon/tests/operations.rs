@@ -117,7 +117,10 @@ fn blocking_get_is_woken_by_a_seal_from_another_client() {
         let got = waiter.get(&[id], None).unwrap();
         got[0].as_ref().map(|b| b.data().to_vec())
     });
-    std::thread::sleep(Duration::from_millis(100));
+    // Seal only once the get waits, so that the wake-up path is what runs.
+    store.eventually("the get is parked", || {
+        maker.stats().unwrap().awaited_objects == 1
+    });
     maker.put(id, b"wake up", b"").unwrap();
     assert_eq!(t.join().unwrap().as_deref(), Some(&b"wake up"[..]));
 }
@@ -134,8 +137,10 @@ fn a_waiting_get_holds_up_no_other_client() {
             .unwrap();
         (r[0].is_none(), t0.elapsed())
     });
-    std::thread::sleep(Duration::from_millis(50));
     let other = store.client();
+    store.eventually("the get is parked", || {
+        other.stats().unwrap().awaited_objects == 1
+    });
     let t0 = Instant::now();
     for _ in 0..100 {
         let id = ObjectId::random();
@@ -203,8 +208,8 @@ fn eviction_is_least_recently_released_first_and_minimal() {
         c.put(*id, &vec![1u8; 100 << 10], b"").unwrap();
     }
     // Reading object 0 makes it the most recently released.
+    // (The release travels in front of the next request.)
     drop(c.get(&ids[..1], None).unwrap());
-    std::thread::sleep(Duration::from_millis(50));
     c.put(ObjectId::random(), &vec![2u8; 100 << 10], b"")
         .unwrap();
     let present = c.contains(&ids).unwrap();
@@ -439,7 +444,9 @@ fn a_thread_blocked_in_get_holds_up_no_other_thread_of_the_same_client() {
             got[0].as_ref().map(|b| b.data().to_vec())
         })
     };
-    std::thread::sleep(Duration::from_millis(50));
+    store.eventually("the get is parked", || {
+        c.stats().unwrap().awaited_objects == 1
+    });
     let t0 = Instant::now();
     for _ in 0..50 {
         let id = ObjectId::random();

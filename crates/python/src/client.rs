@@ -213,6 +213,7 @@ impl NativeClient {
         d.set_item("spill_dir_bytes", s.spill_dir_bytes)?;
         d.set_item("spills", s.spills)?;
         d.set_item("restores", s.restores)?;
+        d.set_item("awaited_objects", s.awaited_objects)?;
         Ok(d)
     }
 

@@ -39,4 +39,6 @@ pub struct Stats {
     pub spills: u64,
     /// Objects restored from the spill directory since start.
     pub restores: u64,
+    /// Objects some client waits to see sealed.
+    pub awaited_objects: u64,
 }

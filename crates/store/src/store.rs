@@ -633,6 +633,7 @@ impl Store {
             spill_segments: self.spill.as_ref().map_or(0, |t| t.segment_count() as u64),
             spills: self.spill.as_ref().map_or(0, |t| t.spilled_total),
             restores: self.spill.as_ref().map_or(0, |t| t.restored_total),
+            awaited_objects: self.waiters.len() as u64,
         }
     }
 
