@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build wheel run test test-rust test-python test-plasma lint fmt bench bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
+.PHONY: help build wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -101,6 +101,10 @@ bench-jobs: build bench/.spark-venv/.ok ## Seeds 000/004: DataFrame sort vs pand
 	$(VENV)/bin/python bench/jobs_bench.py dataframe --json bench/results/jobs-df.json $(if $(QUICK),--rows 20000000 --reps 2,--single-worker)
 	$(VENV)/bin/python bench/jobs_bench.py records --json bench/results/jobs-rec.json $(if $(QUICK),--size 1GiB --reps 2,)
 	cd bench && ../$(VENV)/bin/python jobs_report.py results/jobs-df.json results/jobs-rec.json --out ../docs
+
+bench-spill: build ## p50/p99/max of a 1 KiB get while the store spills 256 MiB batches, next to an idle store
+	@mkdir -p bench/results
+	$(VENV)/bin/python bench/spill_latency.py --json bench/results/spill.json
 
 bench-python: build ## Seed 003 serialization and numpy put/get vs pickle and memcpy; plots into docs/img
 	$(VENV)/bin/python bench/python_serialization.py --out docs

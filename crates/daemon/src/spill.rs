@@ -42,6 +42,14 @@ impl SpillDir {
     /// Writes the victims' allocations from the arena into a new segment
     /// file, one after another; returns each one's offset in the file. On
     /// an error (a full disk) the partial file is removed.
+    ///
+    /// The file's blocks are reserved first (fallocate), so a full disk is
+    /// an error here and not a lost write-back later; the data is then left
+    /// to the page cache, not flushed: a spilled object lives as long as the
+    /// store process, whose own death takes the directory with it, so
+    /// waiting for the disk (which blocked the store for the length of an
+    /// fsync) buys nothing. Where the filesystem cannot reserve blocks, the
+    /// write is flushed as before.
     pub fn write_segment(
         &self,
         segment: u64,
@@ -50,7 +58,21 @@ impl SpillDir {
     ) -> std::io::Result<Vec<u64>> {
         let path = self.segment_path(segment);
         let result = (|| {
-            let mut f = std::io::BufWriter::with_capacity(1 << 20, File::create(&path)?);
+            let file = File::create(&path)?;
+            let total: u64 = victims.iter().map(|v| v.len).sum();
+            let reserved = total == 0
+                || nix::fcntl::fallocate(
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    nix::fcntl::FallocateFlags::empty(),
+                    0,
+                    total as i64,
+                )
+                .map(|_| true)
+                .or_else(|e| match e {
+                    nix::errno::Errno::EOPNOTSUPP => Ok(false),
+                    e => Err(std::io::Error::from(e)),
+                })?;
+            let mut f = std::io::BufWriter::with_capacity(1 << 20, file);
             let mut offsets = Vec::with_capacity(victims.len());
             let mut pos = 0u64;
             for v in victims {
@@ -58,7 +80,10 @@ impl SpillDir {
                 f.write_all(arena.bytes(v.offset, v.len))?;
                 pos += v.len;
             }
-            f.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+            let file = f.into_inner().map_err(|e| e.into_error())?;
+            if !reserved {
+                file.sync_data()?;
+            }
             Ok(offsets)
         })();
         if result.is_err() {
@@ -84,5 +109,37 @@ impl SpillDir {
 impl Drop for SpillDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_written_without_a_flush_reads_back() {
+        let parent = std::env::temp_dir().join(format!("fp-seg-{}", std::process::id()));
+        std::fs::create_dir_all(&parent).unwrap();
+        let dir = SpillDir::create(&parent).unwrap();
+        let arena = Arena::create(1 << 20, None, false).unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        arena.write(4096, &data);
+        let victims = [SpillVictim {
+            id: ferroplasma_protocol::ObjectId::random(),
+            offset: 4096,
+            len: data.len() as u64,
+        }];
+        let offsets = dir.write_segment(9, &arena, &victims).unwrap();
+        let meta = std::fs::metadata(dir.segment_path(9)).unwrap();
+        assert_eq!(meta.len(), data.len() as u64, "exactly the reserved length");
+        let at = SpillRef {
+            segment: 9,
+            offset: offsets[0],
+            len: data.len() as u64,
+        };
+        dir.read_into(at, &arena, 600_000).unwrap();
+        assert_eq!(arena.bytes(600_000, data.len() as u64), &data[..]);
+        drop(dir);
+        let _ = std::fs::remove_dir_all(&parent);
     }
 }
