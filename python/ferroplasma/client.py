@@ -115,8 +115,8 @@ class Client:
         """Allocates an object of ``size`` bytes and returns its writable
         buffer (use it with ``memoryview`` or ``numpy.frombuffer``). Call
         :meth:`seal` when it is written. The creator's reference ends when
-        the buffer and every view of it are garbage, or at :meth:`release`,
-        whichever comes first; until then the object is never evicted.
+        the buffer and every view of it are garbage; until then the object
+        is never evicted.
 
         When the store is full of objects in use, waits up to ``wait``
         seconds (None: without limit) for other clients to release or delete
@@ -163,9 +163,11 @@ class Client:
         return self._native.get_buffers(ids, _timeout_ms(timeout))
 
     def release(self, object_id: IdLike) -> None:
-        """Drops the reference :meth:`create` took, now rather than when its
-        buffer is garbage (never counted twice). Buffers from
-        :meth:`get_buffers` release themselves when garbage collected."""
+        """Plasma's ``release``, kept for code written against it. References
+        belong to buffers (those of :meth:`create` and :meth:`get_buffers`)
+        and end when a buffer and every view of it are garbage, so the store
+        never reuses memory something can still read; this only checks that
+        this client holds (or created) the object: ObjectNotHeld otherwise."""
         self._native.release(as_bytes(object_id))
 
     # ------------------------------------------------------------ objects

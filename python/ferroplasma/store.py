@@ -59,7 +59,8 @@ def start_store(
     ``ferroplasma store`` (``prefault=True`` → ``--prefault``,
     ``dir="/dev/shm"`` → ``--dir /dev/shm``). The store runs in a session
     of its own, so a Ctrl-C in the terminal interrupts the program, not the
-    store under it; the store stops when the block ends.
+    store under it; the store stops when the block ends, or when this
+    program exits in any way (``--exit-with-parent``).
 
     >>> import ferroplasma as fp
     >>> with fp.start_store("256MiB") as store:        # doctest: +SKIP
@@ -71,6 +72,7 @@ def start_store(
         socket = os.path.join(tmp, "store.sock")
     log_path = os.path.join(tmp, "store.log")
     args = [sys.executable, "-m", "ferroplasma", "store", "--memory", str(memory)]
+    args.append("--exit-with-parent")  # even if this program is killed
     args += ["--socket", socket, *_flags(options)]
     with open(log_path, "wb") as log:
         # A session of its own: Ctrl-C in a terminal interrupts this program,

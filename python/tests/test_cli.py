@@ -41,6 +41,8 @@ def _under_pty(argv: list[str], ready: bytes, tmp_path) -> tuple[int, str]:
             if not chunk:
                 break
             out += chunk
+    else:  # the deadline passed: do not wait for the child forever
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     assert sent, f"never saw {ready!r}: {out.decode(errors='replace')}"
@@ -165,3 +167,26 @@ def test_printed_ids_can_be_passed_back(client):
     assert client.contains(str(oid)) and client.delete(str(oid)) == ["deleted"]
     with pytest.raises(fp.InvalidRequest, match="40 hex digits"):
         client.get("not an id")
+
+
+def test_a_private_store_ends_with_the_program_that_started_it():
+    # start_store's store runs in a session of its own (Ctrl-C does not hit
+    # it), so it must notice its program is gone, even killed with SIGKILL.
+    code = (
+        "import ferroplasma as fp, sys, time\n"
+        "with fp.start_store('16MiB') as s:\n"
+        "    print(s.process.pid, s.socket, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    prog = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    pid, sock = prog.stdout.readline().split()
+    prog.kill()
+    prog.wait()
+    deadline = time.monotonic() + 20
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = os.path.exists(f"/proc/{pid}") and "zombie" not in open(f"/proc/{pid}/status").read()
+    if alive:
+        os.kill(int(pid), signal.SIGKILL)
+    assert not alive, "the store outlived the program that started it"
+    assert not os.path.exists(sock), "and it removed its socket"

@@ -25,9 +25,13 @@ def test_create_write_seal_get_release(client):
     arr[:] = np.arange(1000) % 251
     assert client.contains(oid) is False, "unsealed objects are invisible"
     client.seal(oid)
-    client.release(oid)
+    client.release(oid)  # Plasma's call: the buffer still holds the reference
+    assert client.list()[oid]["ref_count"] == 1
+    expected = bytes(arr)
+    view.release()
+    del view, arr, buf  # the creator's reference goes with its buffer
     [got] = client.get_buffers([oid])
-    assert bytes(memoryview(got)) == bytes(arr)
+    assert bytes(memoryview(got)) == expected
     assert got.metadata == b"meta" and len(got) == 1000
     assert client.contains(oid) is True
     info = client.list()[oid]

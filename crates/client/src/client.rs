@@ -97,8 +97,7 @@ impl Client {
     /// data area to fill; [`Client::seal`] then makes it immutable and
     /// visible. The creator holds a reference, as in Plasma: it passes from
     /// the buffer to the sealed buffer `seal` returns, and ends when that is
-    /// dropped or at [`Client::release`], whichever comes first (never
-    /// twice); until then the object is not evicted.
+    /// dropped; until then the object is not evicted.
     pub fn create(&self, id: ObjectId, data_size: u64, metadata: &[u8]) -> Result<MutableBuffer> {
         self.create_waiting(id, data_size, metadata, Some(Duration::ZERO))
     }
@@ -302,12 +301,12 @@ impl Client {
         }
     }
 
-    /// Drops the creator's reference to `id` if this client still holds it
-    /// (its [`MutableBuffer`]'s drop then gives nothing back); does nothing
-    /// if that buffer already gave it back; else drops one other reference
-    /// this client holds to it. Buffers from [`Client::get`] release
-    /// themselves when dropped. Never waits: the release reaches the store
-    /// with this client's next request, or within [`RELEASE_DELAY`] (1 ms).
+    /// Plasma's `Release`, kept for code written against it. References
+    /// belong to buffers (a get's buffer, the buffer `create` returns and
+    /// the sealed buffer `seal` turns it into), and each gives its
+    /// reference back when dropped, so that the store never reuses memory
+    /// a live buffer still reads; this only checks that the client holds
+    /// `id` (or created it): [`ClientError::NotHeld`] otherwise.
     pub fn release(&self, id: ObjectId) -> Result<()> {
         self.inner.release_explicitly(id)
     }

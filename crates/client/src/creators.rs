@@ -1,12 +1,14 @@
 //! The creator's reference of each object this client created.
 //!
-//! `create` takes a reference for the creator, as in Plasma. It ends once:
-//! when the [`MutableBuffer`](crate::MutableBuffer) is dropped, or at an
-//! explicit `release`, whichever comes first. A release that comes after the
-//! buffer already gave the reference back is accepted as a no-op (code
-//! written as create → write → seal → release keeps working), for the last
-//! [`REMEMBERED`] such objects; older ones are forgotten so that a client
-//! creating millions of objects keeps no record of each.
+//! `create` takes a reference for the creator, as in Plasma. It belongs to
+//! the [`MutableBuffer`](crate::MutableBuffer) and then to the sealed buffer
+//! `seal` turns it into, and ends once, when that buffer is dropped: never
+//! while something can still read the memory. An explicit `release` of the
+//! id is accepted (code written as create → write → seal → release keeps
+//! working) and changes nothing; after the buffer is gone it is remembered
+//! as a no-op for the last [`REMEMBERED`] such objects; older ones are
+//! forgotten so that a client creating millions of objects keeps no record
+//! of each.
 
 use ferroplasma_protocol::{IdHasher, ObjectId};
 use std::collections::{HashMap, VecDeque};
@@ -25,8 +27,8 @@ struct Creator {
 /// What an explicit release of an id means for the creator's reference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CreatorRelease {
-    /// The creator's reference is released now.
-    Release,
+    /// Its buffer is alive and gives it back when dropped: nothing to do now.
+    BufferAlive,
     /// Its buffer already gave it back: nothing to do.
     AlreadyEnded,
     /// This client holds no creator's reference to the id.
@@ -80,11 +82,15 @@ impl Creators {
         }
     }
 
-    /// An explicit release of `id`.
+    /// An explicit release of `id`: never ends a reference a live buffer
+    /// holds.
     pub fn release(&mut self, id: ObjectId) -> CreatorRelease {
-        match self.by_id.remove(&id) {
-            Some(c) if c.ended => CreatorRelease::AlreadyEnded,
-            Some(_) => CreatorRelease::Release,
+        match self.by_id.get(&id) {
+            Some(c) if c.ended => {
+                self.by_id.remove(&id);
+                CreatorRelease::AlreadyEnded
+            }
+            Some(_) => CreatorRelease::BufferAlive,
             None => CreatorRelease::NotCreator,
         }
     }
@@ -105,8 +111,12 @@ mod tests {
         let mut c = Creators::default();
         let id = ObjectId::random();
         let t = c.created(id);
-        assert_eq!(c.release(id), CreatorRelease::Release);
-        assert!(!c.buffer_dropped(id, t), "released already");
+        assert_eq!(c.release(id), CreatorRelease::BufferAlive);
+        assert!(
+            c.buffer_dropped(id, t),
+            "the buffer gives it back, not the release"
+        );
+        assert_eq!(c.release(id), CreatorRelease::AlreadyEnded);
         let t = c.created(id);
         assert!(c.buffer_dropped(id, t));
         assert!(!c.buffer_dropped(id, t), "never twice");
@@ -144,6 +154,6 @@ mod tests {
             let t = c.created(id);
             c.buffer_dropped(id, t);
         }
-        assert_eq!(c.release(live), CreatorRelease::Release);
+        assert_eq!(c.release(live), CreatorRelease::BufferAlive);
     }
 }

@@ -46,6 +46,11 @@ impl Releases {
         }
     }
 
+    /// Whether a reference to `id` is held.
+    pub(crate) fn holds(&self, id: ObjectId) -> bool {
+        self.lock_held().contains_key(&id)
+    }
+
     /// Takes one reference to `id` off the count; false if none was held.
     pub(crate) fn take_held(&self, id: ObjectId) -> bool {
         take_one(&mut self.lock_held(), id)

@@ -230,19 +230,18 @@ fn unwrap_reply(reply: pb::Reply) -> Result<reply::Body> {
 }
 
 impl Session {
-    /// An explicit release of `id` (`Client::release`): the creator's
-    /// reference if still held, nothing if its buffer already gave it back,
-    /// else one other reference.
+    /// An explicit release of `id` (`Client::release`). Every reference
+    /// this client holds belongs to a live buffer, which gives it back when
+    /// dropped; ending one now would let the store reuse memory that buffer
+    /// still reads. So this only checks that the client holds `id` (or
+    /// created it).
     pub(crate) fn release_explicitly(self: &Arc<Self>, id: ObjectId) -> Result<()> {
         self.check_pid()?;
-        if self.releases.creators().release(id) == CreatorRelease::AlreadyEnded {
-            return Ok(());
+        match self.releases.creators().release(id) {
+            CreatorRelease::BufferAlive | CreatorRelease::AlreadyEnded => Ok(()),
+            CreatorRelease::NotCreator if self.releases.holds(id) => Ok(()),
+            CreatorRelease::NotCreator => Err(ClientError::NotHeld(id)),
         }
-        if !self.releases.take_held(id) {
-            return Err(ClientError::NotHeld(id));
-        }
-        self.defer_releases(vec![id]);
-        Ok(())
     }
 
     /// Releases these references now, in one message.

@@ -61,6 +61,11 @@ pub struct StoreConfig {
     #[arg(long, value_name = "SIZE", value_parser = parse_memory, requires = "spill_dir")]
     pub spill_limit: Option<u64>,
 
+    /// Stop (as on SIGTERM) when the process that started the store exits,
+    /// even if it is killed: for stores that a program starts for itself.
+    #[arg(long)]
+    pub exit_with_parent: bool,
+
     /// Most clients connected at once (subscriptions and the commands
     /// count too); one more is told the store is busy.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CLIENTS,
@@ -159,6 +164,7 @@ impl StoreConfig {
             prefault: false,
             spill_dir: None,
             spill_limit: None,
+            exit_with_parent: false,
             max_clients: DEFAULT_MAX_CLIENTS,
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),

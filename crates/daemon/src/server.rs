@@ -60,6 +60,8 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         }
     );
     let clients = Arc::new(tokio::sync::Semaphore::new(config.max_clients as usize));
+    let parent_gone = parent_watch(config.exit_with_parent);
+    tokio::pin!(parent_gone);
     let mut term = signal(SignalKind::terminate()).map_err(|e| DaemonError::io("SIGTERM", e))?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| DaemonError::io("SIGINT", e))?;
     loop {
@@ -96,7 +98,26 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
             },
             _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break; }
+            _ = &mut parent_gone => {
+                tracing::info!("the process that started the store exited: shutting down (--exit-with-parent)");
+                break;
+            }
         }
     }
     Ok(())
+}
+
+/// With `enabled`, completes when this process's parent has exited (it is
+/// then adopted by another process); otherwise never.
+async fn parent_watch(enabled: bool) {
+    if !enabled {
+        return std::future::pending().await;
+    }
+    let parent = nix::unistd::getppid();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if nix::unistd::getppid() != parent {
+            return;
+        }
+    }
 }

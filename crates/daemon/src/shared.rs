@@ -10,8 +10,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
-/// Notices a client may have queued before it is cut off as too slow.
-pub const NOTICE_QUEUE: usize = 1 << 16;
+/// Notices a client may have queued before it is cut off as too slow: room
+/// for a seal notice for each object its gets may wait for (one per
+/// object), and for 65,536 subscription events.
+pub const NOTICE_QUEUE: usize = crate::connection::MAX_WAITING_IDS + (1 << 16);
 
 /// The store's state.
 #[derive(Debug)]

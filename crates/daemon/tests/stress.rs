@@ -13,8 +13,9 @@ use common::TestStore;
 use ferroplasma_client::{Client, EventKind, ObjectId};
 use ferroplasma_protocol::frame::{encode_frame, FrameCodec, FrameReader};
 use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_protocol::ProtocolError;
 use std::collections::HashSet;
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
@@ -56,7 +57,7 @@ fn waiter(path: &Path, ids: Vec<ObjectId>) -> Vec<(u64, bool)> {
     let mut r = FrameReader::new(s, FrameCodec::REPLIES);
     let connect: pb::Reply = r.read_message().unwrap();
     assert!(matches!(connect.body, Some(reply::Body::Connect(_))));
-    (0..ids.len())
+    let answered = (0..ids.len())
         .map(|_| {
             let reply: pb::Reply = r.read_message().expect("a reply to every get");
             let ok = match reply.body {
@@ -67,7 +68,17 @@ fn waiter(path: &Path, ids: Vec<ObjectId>) -> Vec<(u64, bool)> {
             };
             (reply.request_id, ok)
         })
-        .collect()
+        .collect();
+    // And nothing more: no get is answered twice.
+    r.get_ref()
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    match r.read_message::<pb::Reply>() {
+        Err(ProtocolError::Io(e))
+            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+        other => panic!("a reply nobody asked for: {other:?}"),
+    }
+    answered
 }
 
 #[test]
@@ -103,10 +114,23 @@ fn waiters_writers_and_a_subscriber_at_scale() {
             std::thread::spawn(move || waiter(&path, mine))
         })
         .collect();
+    // Writers start only once every get is parked, so that every get is
+    // answered by the wake-up path.
+    let awaited: HashSet<ObjectId> = (0..clients)
+        .flat_map(|c| {
+            (0..PARKED_PER_CLIENT).map(move |k| (c * PARKED_PER_CLIENT + k * 7) % objects)
+        })
+        .map(|i| ids[i])
+        .collect();
     let probe = store.client();
-    store.eventually("every waiter connected and parked", || {
-        probe.stats().unwrap().clients as usize >= clients + 2
-    });
+    let t = std::time::Instant::now();
+    while probe.stats().unwrap().awaited_objects as usize != awaited.len() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the gets were not all parked"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let writers: Vec<_> = (0..4)
         .map(|w| {

@@ -86,7 +86,9 @@ impl FrameCodec {
     pub fn decode(&self, buf: &mut BytesMut) -> Result<Option<BytesMut>, ProtocolError> {
         let need = self.needed(buf)?;
         if buf.len() < need {
-            buf.reserve(need - buf.len());
+            // Room for the rest as it arrives, in steps: a peer announcing a
+            // large frame gets no large allocation before sending it.
+            buf.reserve((need - buf.len()).min(RESERVE_STEP));
             return Ok(None);
         }
         buf.advance(self.header);
@@ -130,19 +132,33 @@ pub fn encode_frame<M: Message>(msg: &M) -> Vec<u8> {
 #[derive(Debug)]
 pub struct FrameReader<R> {
     inner: R,
-    buf: BytesMut,
+    /// `buf[start..end]` holds bytes read and not handed out yet; the rest
+    /// of `buf` is zeroed room, grown in steps as frames need it.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
     codec: FrameCodec,
     /// Read no byte past the current frame (for a stream that someone else
     /// may read next, such as a socket handed to the application).
     exact: bool,
 }
 
+/// How much a blocking reader's buffer grows at most per read: a frame that
+/// announces a gigabyte gets room as its bytes arrive, not all at once.
+const GROW_STEP: usize = 16 << 20;
+
+/// How much room `FrameCodec::decode` reserves at most for an incomplete
+/// frame (the store holds one buffer per connection).
+const RESERVE_STEP: usize = 1 << 20;
+
 impl<R: Read> FrameReader<R> {
     /// A reader that reads ahead, as much as the kernel has.
     pub fn new(inner: R, codec: FrameCodec) -> Self {
         Self {
             inner,
-            buf: BytesMut::with_capacity(64 * 1024),
+            buf: vec![0; 64 * 1024],
+            start: 0,
+            end: 0,
             codec,
             exact: false,
         }
@@ -159,7 +175,9 @@ impl<R: Read> FrameReader<R> {
     /// Starts the bytes already read (e.g. with the handshake) into this
     /// reader's buffer.
     pub fn with_buffered(mut self, bytes: &[u8]) -> Self {
-        self.buf.extend_from_slice(bytes);
+        self.make_room(bytes.len());
+        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
         self
     }
 
@@ -172,7 +190,7 @@ impl<R: Read> FrameReader<R> {
 
     /// Bytes read and not handed out yet.
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.end - self.start
     }
 
     /// The stream.
@@ -180,32 +198,51 @@ impl<R: Read> FrameReader<R> {
         &self.inner
     }
 
+    /// Moves the unread bytes to the front and makes room for `more` after
+    /// them (zeroing only what is new).
+    fn make_room(&mut self, more: usize) {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() < self.end + more {
+            self.buf.resize(self.end + more, 0);
+        }
+    }
+
     /// The next frame's body. `Closed` when the peer closed the stream
     /// cleanly between frames; an I/O error (a timeout, say) leaves the
     /// partial frame buffered.
     pub fn read_frame(&mut self) -> Result<BytesMut, ProtocolError> {
         loop {
-            if let Some(body) = self.codec.decode(&mut self.buf)? {
+            let avail = &self.buf[self.start..self.end];
+            let need = self.codec.needed(avail)?;
+            if avail.len() >= need {
+                let body = BytesMut::from(&avail[self.codec.header..need]);
+                self.start += need;
+                if self.start == self.end {
+                    (self.start, self.end) = (0, 0);
+                }
                 return Ok(body);
             }
-            let need = self.codec.needed(&self.buf)?;
-            let start = self.buf.len();
+            let missing = need - avail.len();
             let want = if self.exact {
-                need - start
+                missing.min(GROW_STEP)
             } else {
-                (need - start).max(16 * 1024)
+                missing.clamp(16 * 1024, GROW_STEP)
             };
-            self.buf.resize(start + want, 0);
-            let n = match self.inner.read(&mut self.buf[start..]) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.buf.truncate(start);
-                    return Err(e.into());
-                }
+            if self.buf.len() - self.end < want {
+                self.make_room(want);
+            }
+            let limit = if self.exact {
+                self.end + want
+            } else {
+                self.buf.len()
             };
-            self.buf.truncate(start + n);
+            let n = self.inner.read(&mut self.buf[self.end..limit])?;
             if n == 0 {
-                return Err(if start == 0 {
+                return Err(if self.start == self.end {
                     ProtocolError::Closed
                 } else {
                     ProtocolError::Io(std::io::Error::new(
@@ -214,6 +251,7 @@ impl<R: Read> FrameReader<R> {
                     ))
                 });
             }
+            self.end += n;
         }
     }
 

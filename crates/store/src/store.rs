@@ -538,7 +538,7 @@ impl Store {
         let mut fx = Effects::default();
         let (mut freed, mut count) = (0, 0);
         while freed < bytes {
-            let Some(id) = self.policy.victims().next() else {
+            let Some(id) = self.next_victim() else {
                 break;
             };
             freed += self
@@ -668,14 +668,23 @@ impl Store {
             if let Some(offset) = self.alloc.allocate(need) {
                 return Ok(offset);
             }
-            let victim = self.policy.victims().next();
-            match victim {
+            match self.next_victim() {
                 Some(id) => {
                     self.evict_one(id, fx);
                 }
                 None => return Err(full),
             }
         }
+    }
+
+    /// The policy's first victim that is really evictable: an id it names
+    /// by mistake (in use, unsealed, unknown) is skipped, so no policy can
+    /// make the store free memory in use.
+    fn next_victim(&self) -> Option<ObjectId> {
+        let objects = &self.objects;
+        self.policy
+            .victims()
+            .find(|id| objects.get(id).is_some_and(|e| e.evictable))
     }
 
     fn evict_one(&mut self, id: ObjectId, fx: &mut Effects) -> u64 {

@@ -401,3 +401,39 @@ fn eviction_follows_the_policy() {
     assert_eq!(n, 1);
     assert!(!s.contains(&id(3)), "then the next largest");
 }
+
+/// A policy that names objects it should not (one in use, one unknown):
+/// the store skips them.
+#[derive(Debug)]
+struct Careless(Vec<ObjectId>);
+
+impl ferroplasma_store::EvictionPolicy for Careless {
+    fn add(&mut self, id: ObjectId, _size: u64) {
+        self.0.push(id);
+    }
+    fn remove(&mut self, _id: &ObjectId) {} // forgets to
+    fn victims(&self) -> Box<dyn Iterator<Item = ObjectId> + '_> {
+        Box::new(self.0.iter().copied())
+    }
+    fn bytes(&self) -> u64 {
+        1 << 30
+    }
+    fn contains(&self, id: &ObjectId) -> bool {
+        self.0.contains(id)
+    }
+}
+
+#[test]
+fn a_careless_policy_cannot_make_the_store_free_memory_in_use() {
+    let mut s = Store::with_policy(64 * 4, Box::new(Careless(vec![id(77)])));
+    let c = s.connect();
+    sealed(&mut s, c, 1, 64);
+    sealed(&mut s, c, 2, 64);
+    let held = s.get(c, id(1)).unwrap(); // in use, but the policy still names it
+    let (_, n, _) = s.evict(1 << 20);
+    assert_eq!(n, 1, "only the evictable one");
+    assert_eq!(s.get(c, id(1)), Some(held));
+    assert!(!s.contains(&id(2)));
+    // And a create that needs room fails cleanly instead of looping.
+    s.create(c, id(3), 64 * 4, 0, 0).unwrap_err();
+}

@@ -189,6 +189,25 @@ def _reduce_task(p: int, sources: list, out_path: str) -> int:
     return nbytes
 
 
+@contextlib.contextmanager
+def _uninterrupted():
+    """Ignores Ctrl-C (SIGINT) for the block: renaming the finished outputs
+    is all or nothing, and an interrupt that comes this late lets the sort
+    complete. Only the main thread can do this; from other threads the
+    block runs as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _discard_run(client: Client, result: tuple) -> None:
     """Deletes what a map task placed that the job did not take (it failed);
     spill files go with the spill directory."""
@@ -331,9 +350,10 @@ def _run_sort(
             tasks.append((p, sources, temps[p]))
         for _, written in pool.run_all(_reduce_task, tasks):
             bar.update(written)
-        for temp, out in zip(temps, outputs):
-            os.replace(temp, out)
-        temps = []
+        with _uninterrupted():
+            for temp, out in zip(temps, outputs):
+                os.replace(temp, out)
+            temps = []
         bar.close()
         t2 = time.perf_counter()
     finally:

@@ -136,6 +136,12 @@ impl Connection {
                     objects_evicted: count,
                 })))
             }
+            B::Subscribe(_) if !self.gets.is_empty() || !self.creates.is_empty() => Err(refuse(
+                pb::ErrorCode::ProtocolViolation,
+                "Subscribe on a connection with requests still waiting: subscribe on a \
+                 connection of its own"
+                    .into(),
+            )),
             B::Subscribe(s) => {
                 let existing = {
                     let mut sh = self.shared.lock();

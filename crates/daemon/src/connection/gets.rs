@@ -45,6 +45,11 @@ pub(super) struct ParkedGets {
 }
 
 impl ParkedGets {
+    /// Whether no get is parked.
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
     /// When the earliest parked get times out.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.first().map(|(d, _)| *d)
@@ -168,12 +173,18 @@ impl Connection {
     /// `id` was sealed: the gets waiting for it take a reference now; those
     /// complete are answered.
     pub(super) fn on_sealed(&mut self, id: ObjectId) {
-        let Some(keys) = self.gets.by_object.remove(&id) else {
+        if !self.gets.by_object.contains_key(&id) {
             return;
-        };
+        }
         let mut sh = self.shared.lock();
-        // Spilled between its seal and this notice: bring it back first.
-        let _ = sh.unspill(id);
+        // Spilled between its seal and this notice: bring it back first. If
+        // that fails (no room), no later notice would come: say why now.
+        if let Err(e) = sh.unspill(id) {
+            drop(sh);
+            self.fail_gets(id, store_refusal(e).0);
+            return;
+        }
+        let keys = self.gets.by_object.remove(&id).unwrap_or_default();
         let mut still_waiting = Vec::new();
         let mut complete = Vec::new();
         for key in keys {

@@ -23,6 +23,7 @@ mod wakeups;
 
 use creates::PendingCreate;
 use gets::ParkedGets;
+pub use gets::MAX_WAITING_IDS;
 
 use crate::cluster::{Cluster, Completion};
 use crate::convert;

@@ -271,3 +271,43 @@ fn parked_gets_are_capped_per_connection() {
         _ => panic!("over the objects limit"),
     }
 }
+
+/// When the object a get waits for was spilled before the get heard of
+/// its seal and cannot be brought back (memory is full of objects in use),
+/// the get is answered with the error, not left waiting for a notice that
+/// never comes.
+#[test]
+fn a_waiter_whose_object_cannot_come_back_is_told_why() {
+    let s = Spilling::new(1 << 20);
+    let mut conn = s.connection();
+    let x = ObjectId::random();
+    let parked = conn.get(
+        1,
+        pb::Get {
+            object_ids: pack_ids(&[x]),
+            timeout_ms: -1,
+        },
+    );
+    assert!(matches!(parked, Ok(None)), "parked");
+    {
+        let mut sh = s.shared.lock();
+        let (c, _rx) = sh.register();
+        sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
+        let fx = sh.store.seal(c, x, 0).unwrap();
+        sh.deliver(fx);
+        let fx = sh.store.release(c, x).unwrap();
+        sh.deliver(fx);
+        sh.disconnect(c);
+    }
+    let big = s.put(900 << 10); // spills x
+    let (holder, _rx) = s.shared.lock().register();
+    assert!(s.shared.lock().store.get(holder, big).is_some(), "in use");
+    let notice = conn.rx.try_recv().expect("the seal notice");
+    conn.on_notice(notice);
+    let got = replies(&conn);
+    assert_eq!(got.len(), 1, "the get is answered");
+    let Some(reply::Body::Error(e)) = &got[0].body else {
+        panic!("{got:?}")
+    };
+    assert_eq!(e.code, pb::ErrorCode::StoreFull as i32, "{e:?}");
+}
