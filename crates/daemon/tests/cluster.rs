@@ -196,6 +196,41 @@ fn a_get_waits_for_an_object_created_later_elsewhere() {
     assert!(none[0].is_none());
 }
 
+/// Two creates of one id racing on one member: the loser's refusal must not
+/// give back the winner's claim (another member could then create the id
+/// again: one id, two objects).
+#[test]
+fn the_loser_of_a_local_race_keeps_the_winners_claim() {
+    let m = cluster(3);
+    let (a1, a2, b) = (m[0].client(), m[0].client(), m[1].client());
+    for trial in 0..60 {
+        let id = ObjectId::random();
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let racers: Vec<_> = [a1.clone(), a2.clone()]
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    c.create_and_seal(id, &[i as u8; 32], b"")
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            results.iter().filter(|r| r.is_ok()).count(),
+            1,
+            "trial {trial}: exactly one racer creates {id}: {results:?}"
+        );
+        let e = b.create_and_seal(id, b"mine", b"").unwrap_err();
+        assert!(
+            matches!(e, ClientError::ObjectExists { .. }),
+            "trial {trial}: another member created {id} again: {e}"
+        );
+    }
+}
+
 #[test]
 fn ids_are_unique_cluster_wide() {
     let m = cluster(3);

@@ -56,13 +56,19 @@ impl Connection {
         });
     }
 
-    /// Gives a claimed id back after its create failed.
+    /// Gives a claimed id back after its create failed, unless this store
+    /// holds an object of that id: then the claim is that object's (two
+    /// creates of one id raced here, and this one lost), and giving it back
+    /// would let another member create the id again.
     pub(super) fn unclaim(&self, id: ObjectId) {
         if self.cluster.is_some() {
-            self.shared.lock().deliver(ferroplasma_store::Effects {
-                aborted: vec![id],
-                ..Default::default()
-            });
+            let mut sh = self.shared.lock();
+            if !sh.store.exists(&id) {
+                sh.deliver(ferroplasma_store::Effects {
+                    aborted: vec![id],
+                    ..Default::default()
+                });
+            }
         }
     }
 
