@@ -49,6 +49,10 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         Some(c) => Some(Cluster::start(c, shared.clone()).await?),
         None => None,
     };
+    // Signals are ours before anyone is told the store is ready: a SIGINT
+    // or SIGTERM that follows "ready" at once is never lost.
+    let mut term = signal(SignalKind::terminate()).map_err(|e| DaemonError::io("SIGTERM", e))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| DaemonError::io("SIGINT", e))?;
     tracing::info!(
         socket = %path.display(),
         memory = %human(memory),
@@ -62,8 +66,6 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     let clients = Arc::new(tokio::sync::Semaphore::new(config.max_clients as usize));
     let parent_gone = parent_watch(config.exit_with_parent);
     tokio::pin!(parent_gone);
-    let mut term = signal(SignalKind::terminate()).map_err(|e| DaemonError::io("SIGTERM", e))?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| DaemonError::io("SIGINT", e))?;
     loop {
         tokio::select! {
             r = listener.accept() => match r {

@@ -23,7 +23,11 @@ pub struct Shared {
     /// The memory objects live in.
     pub arena: Arc<Arena>,
     /// Where objects go when memory is short, if configured.
-    pub spill: Option<SpillDir>,
+    pub spill: Option<Arc<SpillDir>>,
+    /// Spill segments being written on blocking threads now.
+    pub spills_in_flight: usize,
+    /// Spill writes finished since start (a change means room may have come).
+    pub spills_finished: u64,
     /// Woken whenever the state changed in a way that may have made room
     /// (creates waiting for space retry then).
     pub space: Arc<Notify>,
@@ -35,25 +39,54 @@ pub struct Shared {
 
 /// A handle on [`Shared`].
 #[derive(Debug, Clone)]
-pub struct SharedRef(Arc<Mutex<Shared>>);
+pub struct SharedRef(Arc<Mutex<Shared>>, Arc<std::sync::Condvar>);
 
 impl SharedRef {
     /// Wraps a fresh state.
     pub fn new(store: Store, arena: Arena, spill: Option<SpillDir>) -> Self {
-        Self(Arc::new(Mutex::new(Shared {
+        let state = Arc::new(Mutex::new(Shared {
             store,
             arena: Arc::new(arena),
-            spill,
+            spill: spill.map(Arc::new),
+            spills_in_flight: 0,
+            spills_finished: 0,
             space: Arc::new(Notify::new()),
             cluster_client: None,
             outboxes: HashMap::new(),
-        })))
+        }));
+        Self(state, Arc::new(std::sync::Condvar::new()))
+    }
+
+    /// Runs `f` on the locked state; while it fails for lack of room and
+    /// spill segments are being written (they will free memory), waits for
+    /// them and tries again. For the callers that cannot park: restores of
+    /// spilled objects and copies pulled from other members.
+    pub fn with_room<'a, T>(
+        &'a self,
+        mut sh: MutexGuard<'a, Shared>,
+        mut f: impl FnMut(&mut Shared) -> Result<T, StoreError>,
+    ) -> (MutexGuard<'a, Shared>, Result<T, StoreError>) {
+        loop {
+            match f(&mut sh) {
+                Err(StoreError::StoreFull { .. } | StoreError::SpillFull { .. })
+                    if sh.spills_in_flight > 0 =>
+                {
+                    sh = self.1.wait(sh).unwrap_or_else(|p| p.into_inner());
+                }
+                r => return (sh, r),
+            }
+        }
     }
 
     /// Locks the state. A panic while it was held (a bug) does not take the
     /// other connections down with it.
     pub fn lock(&self) -> MutexGuard<'_, Shared> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the callers of `with_room` (a spill segment was written).
+    fn spill_done(&self) {
+        self.1.notify_all();
     }
 }
 
@@ -75,25 +108,79 @@ impl Shared {
 
     /// With a spill directory: writes out the least recently used objects
     /// needed to make an allocation of this size fit (one segment file for
-    /// the batch). Without one, or when it fits, does nothing.
+    /// the batch), here and now. Without one, or when it fits, does nothing.
+    /// (Creates use [`Shared::start_spill`], which does not block.)
     pub fn spill_for(&mut self, data_size: u64, metadata_size: u64) -> Result<(), StoreError> {
-        let Some(dir) = &self.spill else {
+        let Some(dir) = self.spill.clone() else {
             return Ok(());
         };
         let plan = self.store.spill_plan(data_size, metadata_size);
         if plan.is_empty() {
             return Ok(());
         }
+        let segment = self.store.begin_spill(&plan)?;
+        let written = dir.write_segment(segment, &self.arena, &plan);
+        self.end_spill(segment, &plan, written)
+    }
+
+    /// With a spill directory, when an allocation of this size does not
+    /// fit: starts writing out the objects that make it fit, on a blocking
+    /// thread, and returns true; the memory is freed (and waiting creates
+    /// are woken) when the write is done. Meanwhile the victims stay
+    /// readable and the store serves everyone else.
+    pub fn start_spill(
+        &mut self,
+        me: &SharedRef,
+        data_size: u64,
+        metadata_size: u64,
+    ) -> Result<bool, StoreError> {
+        let Some(dir) = self.spill.clone() else {
+            return Ok(false);
+        };
+        let plan = self.store.spill_plan(data_size, metadata_size);
+        if plan.is_empty() {
+            return Ok(false);
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.spill_for(data_size, metadata_size)?;
+            return Ok(false);
+        };
+        let segment = self.store.begin_spill(&plan)?;
+        self.spills_in_flight += 1;
+        let (me, arena) = (me.clone(), self.arena.clone());
+        rt.spawn_blocking(move || {
+            let written = dir.write_segment(segment, &arena, &plan);
+            let mut sh = me.lock();
+            sh.spills_in_flight -= 1;
+            sh.spills_finished += 1;
+            let _ = sh.end_spill(segment, &plan, written);
+            // Waiting creates look again even if the write failed.
+            sh.space.notify_waiters();
+            drop(sh);
+            me.spill_done();
+        });
+        Ok(true)
+    }
+
+    /// Completes a spill whose segment was written (or not).
+    fn end_spill(
+        &mut self,
+        segment: u64,
+        plan: &[ferroplasma_store::SpillVictim],
+        written: std::io::Result<Vec<u64>>,
+    ) -> Result<(), StoreError> {
         let bytes: u64 = plan.iter().map(|v| v.len).sum();
-        let segment = self.store.reserve_spill(bytes)?;
-        match dir.write_segment(segment, &self.arena, &plan) {
+        match written {
             Ok(offsets) => {
-                self.store.mark_spilled(segment, bytes, &plan, &offsets);
+                let fx = self.store.finish_spill(segment, plan, &offsets);
                 tracing::debug!(segment, objects = plan.len(), bytes, "spilled");
+                self.deliver(fx);
                 Ok(())
             }
             Err(e) => {
                 tracing::warn!(error = %e, bytes, "spilling failed; the create is refused");
+                let fx = self.store.abort_spill(plan);
+                self.deliver(fx);
                 Err(StoreError::SpillFailed {
                     requested: bytes,
                     reason: e.to_string(),

@@ -52,6 +52,9 @@ pub(crate) struct Entry {
     pub delete_pending: bool,
     /// Handed to the eviction policy (sealed and unreferenced).
     pub evictable: bool,
+    /// Being written to the spill directory: its memory stays (readable,
+    /// not evictable, not freed) until the write is done.
+    pub spilling: bool,
 }
 
 impl Entry {

@@ -44,6 +44,8 @@ pub(crate) struct SpillTable {
     pub limit: u64,
     /// Bytes held by segment files still on disk.
     pub used: u64,
+    /// Bytes of segments being written.
+    pub reserved: u64,
     pub objects: HashMap<ObjectId, Spilled, IdHasher>,
     segments: HashMap<u64, Segment>,
     next_segment: u64,
@@ -57,6 +59,7 @@ impl SpillTable {
         Self {
             limit,
             used: 0,
+            reserved: 0,
             objects: HashMap::default(),
             segments: HashMap::new(),
             next_segment: 1,
@@ -65,19 +68,40 @@ impl SpillTable {
         }
     }
 
-    /// Reserves a segment number for a batch of `bytes`; `None` when the
-    /// directory's limit would be passed.
+    /// Reserves a segment number and room for a batch of `bytes`; `None`
+    /// when the directory's limit would be passed.
     pub fn reserve(&mut self, bytes: u64) -> Option<u64> {
-        if self.used.saturating_add(bytes) > self.limit {
+        if self
+            .used
+            .saturating_add(self.reserved)
+            .saturating_add(bytes)
+            > self.limit
+        {
             return None;
         }
+        self.reserved += bytes;
         let n = self.next_segment;
         self.next_segment += 1;
         Some(n)
     }
 
-    /// Records a written segment and its objects.
-    pub fn add_segment(&mut self, segment: u64, bytes: u64, objects: Vec<(ObjectId, Spilled)>) {
+    /// Gives back the room of a segment that was not written.
+    pub fn cancel(&mut self, bytes: u64) {
+        self.reserved -= bytes;
+    }
+
+    /// Records a written segment and its objects; false (and nothing
+    /// recorded) when none of them was left to spill: the file can go.
+    pub fn add_segment(
+        &mut self,
+        segment: u64,
+        bytes: u64,
+        objects: Vec<(ObjectId, Spilled)>,
+    ) -> bool {
+        self.reserved -= bytes;
+        if objects.is_empty() {
+            return false;
+        }
         self.used += bytes;
         self.segments.insert(
             segment,
@@ -88,6 +112,7 @@ impl SpillTable {
         );
         self.spilled_total += objects.len() as u64;
         self.objects.extend(objects);
+        true
     }
 
     /// Forgets a spilled object (restored or deleted). Returns the object and,

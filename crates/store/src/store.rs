@@ -191,6 +191,7 @@ impl Store {
                 seal_time_us: None,
                 delete_pending: false,
                 evictable: false,
+                spilling: false,
             },
         );
         self.referenced_count += 1;
@@ -402,42 +403,61 @@ impl Store {
         }
     }
 
-    /// Reserves a segment number for a batch of `bytes` about to be written;
-    /// `Err(StoreError::SpillFull)` when the spill directory's limit would
-    /// be passed (or spilling is off).
-    pub fn reserve_spill(&mut self, bytes: u64) -> Result<u64, StoreError> {
+    /// Starts spilling the victims of a [`Store::spill_plan`]: reserves
+    /// their room in the spill directory (`Err(StoreError::SpillFull)` past
+    /// its limit) and pins them: until [`Store::finish_spill`] or
+    /// [`Store::abort_spill`] they stay in memory, readable, but are not
+    /// evicted, freed or planned again. Returns the segment to write.
+    pub fn begin_spill(&mut self, victims: &[SpillVictim]) -> Result<u64, StoreError> {
+        let bytes: u64 = victims.iter().map(|v| v.len).sum();
         let s = self.spill.as_mut().ok_or(StoreError::SpillFull {
             requested: bytes,
             used: 0,
             limit: 0,
         })?;
-        s.reserve(bytes).ok_or(StoreError::SpillFull {
+        let segment = s.reserve(bytes).ok_or(StoreError::SpillFull {
             requested: bytes,
-            used: s.used,
+            used: s.used + s.reserved,
             limit: s.limit,
-        })
+        })?;
+        for v in victims {
+            if let Some(e) = self.objects.get_mut(&v.id) {
+                e.spilling = true;
+                if std::mem::take(&mut e.evictable) {
+                    self.policy.remove(&v.id);
+                }
+            }
+        }
+        Ok(segment)
     }
 
-    /// Records that the victims of a plan were written to `segment` (the
-    /// i-th at `offsets[i]`, `bytes` in all) and frees their memory. Only
-    /// call it in the same critical section as [`Store::spill_plan`].
-    pub fn mark_spilled(
+    /// The victims were written to `segment` (the i-th at `offsets[i]`):
+    /// those still unreferenced leave memory for the spill directory; one
+    /// referenced meanwhile stays in memory, one deleted meanwhile goes.
+    /// `dead_segments` names the segment if none of them was left to spill.
+    pub fn finish_spill(
         &mut self,
         segment: u64,
-        bytes: u64,
         victims: &[SpillVictim],
         offsets: &[u64],
-    ) {
+    ) -> Effects {
+        let mut fx = Effects::default();
+        let bytes: u64 = victims.iter().map(|v| v.len).sum();
         let mut batch = Vec::with_capacity(victims.len());
         for (v, &off) in victims.iter().zip(offsets) {
-            let Some(e) = self.objects.remove(&v.id) else {
+            let Some(e) = self.objects.get_mut(&v.id) else {
                 continue;
             };
-            debug_assert!(e.is_sealed() && e.ref_count == 0, "spilled a live object");
-            self.sealed_count -= 1;
-            if e.evictable {
-                self.policy.remove(&v.id);
+            e.spilling = false;
+            if e.ref_count > 0 {
+                continue; // read meanwhile: stays in memory
             }
+            if e.delete_pending {
+                self.remove_object(v.id, true, &mut fx);
+                continue;
+            }
+            let e = self.objects.remove(&v.id).expect("present");
+            self.sealed_count -= 1;
             self.alloc.free_range(e.location.offset, e.alloc_size);
             batch.push((
                 v.id,
@@ -455,8 +475,30 @@ impl Store {
             ));
         }
         if let Some(s) = self.spill.as_mut() {
-            s.add_segment(segment, bytes, batch);
+            if !s.add_segment(segment, bytes, batch) {
+                fx.dead_segments.push(segment);
+            }
         }
+        fx
+    }
+
+    /// Writing the segment failed: the victims stay in memory (evictable
+    /// again, or gone if deleted meanwhile) and its room is given back.
+    pub fn abort_spill(&mut self, victims: &[SpillVictim]) -> Effects {
+        let mut fx = Effects::default();
+        if let Some(s) = self.spill.as_mut() {
+            s.cancel(victims.iter().map(|v| v.len).sum());
+        }
+        for v in victims {
+            let Some(e) = self.objects.get_mut(&v.id) else {
+                continue;
+            };
+            e.spilling = false;
+            if e.ref_count == 0 {
+                self.became_unreferenced(v.id, &mut fx);
+            }
+        }
+        fx
     }
 
     /// Brings a spilled object back: allocates its memory and makes it a
@@ -495,6 +537,7 @@ impl Store {
             seal_time_us: s.construct_us.map(|c| s.create_time_us + c),
             delete_pending: false,
             evictable: false,
+            spilling: false,
         };
         entry.evictable = true;
         self.policy.add(id, need);
@@ -522,7 +565,7 @@ impl Store {
         let Some(e) = self.objects.get_mut(&id) else {
             return (DeleteOutcome::NotFound, fx);
         };
-        if e.is_sealed() && e.ref_count == 0 {
+        if e.is_sealed() && e.ref_count == 0 && !e.spilling {
             self.remove_object(id, true, &mut fx);
             (DeleteOutcome::Deleted, fx)
         } else {
@@ -668,6 +711,11 @@ impl Store {
             if let Some(offset) = self.alloc.allocate(need) {
                 return Ok(offset);
             }
+            if self.spill.is_some() {
+                // With a spill directory, room is made by spilling (the
+                // daemon does it first), never by dropping objects.
+                return Err(full);
+            }
             match self.next_victim() {
                 Some(id) => {
                     self.evict_one(id, fx);
@@ -714,6 +762,9 @@ impl Store {
         let Some(e) = self.objects.get_mut(&id) else {
             return;
         };
+        if e.spilling {
+            return; // finish_spill or abort_spill decides
+        }
         if e.delete_pending {
             self.remove_object(id, true, fx);
         } else if !e.evictable {

@@ -282,8 +282,7 @@ fn spilling_keeps_the_books_without_io() {
     let plan = s.spill_plan(1000, 0);
     // Oldest first, and a batch: an eighth of the store (1 KiB) at least.
     assert_eq!(plan[0].id, id(1));
-    let bytes: u64 = plan.iter().map(|v| v.len).sum();
-    let seg = s.reserve_spill(bytes).unwrap();
+    let seg = s.begin_spill(&plan).unwrap();
     let offsets: Vec<u64> = plan
         .iter()
         .scan(0, |o, v| {
@@ -292,7 +291,10 @@ fn spilling_keeps_the_books_without_io() {
             Some(at)
         })
         .collect();
-    s.mark_spilled(seg, bytes, &plan, &offsets);
+    assert!(s
+        .finish_spill(seg, &plan, &offsets)
+        .dead_segments
+        .is_empty());
     assert!(s.is_spilled(&id(1)) && s.contains(&id(1)));
     assert_eq!(
         s.get(c, id(1)),
@@ -313,10 +315,9 @@ fn spilling_keeps_the_books_without_io() {
     );
     // Restoring needs room again; the daemon spills first, as here.
     let more = s.spill_plan(1024, 0);
-    let more_bytes = more.iter().map(|v| v.len).sum();
-    let seg2 = s.reserve_spill(more_bytes).unwrap();
+    let seg2 = s.begin_spill(&more).unwrap();
     let offs: Vec<u64> = (0..more.len() as u64).map(|i| i * 1024).collect();
-    s.mark_spilled(seg2, more_bytes, &more, &offs);
+    s.finish_spill(seg2, &more, &offs);
     let (loc, at, fx) = s.restore(id(1)).unwrap();
     let mut dead = fx.dead_segments;
     assert_eq!((at.segment, at.offset, at.len), (seg, 0, 1024));
@@ -335,10 +336,48 @@ fn spilling_keeps_the_books_without_io() {
     assert_eq!(dead, vec![seg], "the first segment has no object left");
     assert!(s.stats().restores == 1);
     // The spill directory's limit is enforced.
+    let huge = SpillVictim {
+        id: id(99),
+        offset: 0,
+        len: 2 << 20,
+    };
     assert!(matches!(
-        s.reserve_spill(2 << 20),
+        s.begin_spill(&[huge]),
         Err(StoreError::SpillFull { .. })
     ));
+}
+
+#[test]
+fn victims_being_spilled_are_pinned_until_the_write_is_done() {
+    let mut s = Store::with_spill(4096, 1 << 20);
+    let c = s.connect();
+    for n in 1..=4 {
+        sealed(&mut s, c, n, 1024);
+    }
+    let plan = s.spill_plan(2048, 0);
+    let ids: Vec<ObjectId> = plan.iter().map(|v| v.id).collect();
+    assert_eq!(ids, vec![id(1), id(2)]);
+    let seg = s.begin_spill(&plan).unwrap();
+    // While the segment is written: readable, not evicted, not planned
+    // again, and a delete waits.
+    assert!(s.spill_plan(1024, 0).iter().all(|v| !ids.contains(&v.id)));
+    let held = s.get(c, id(1)).expect("readable while being spilled");
+    assert_eq!(s.delete(id(2)).0, DeleteOutcome::Deferred);
+    assert_eq!(s.evict(u64::MAX).1, 2, "only the two not being spilled");
+    let fx = s.finish_spill(seg, &plan, &[0, 1024]);
+    // The one read meanwhile stays in memory; the deleted one is gone.
+    assert!(!s.is_spilled(&id(1)) && s.get(c, id(1)) == Some(held));
+    assert!(!s.contains(&id(2)) && !s.is_spilled(&id(2)));
+    assert_eq!(fx.dead_segments, vec![seg], "nothing was left to spill");
+    // A failed write gives the victims back to eviction.
+    sealed(&mut s, c, 7, 1024);
+    sealed(&mut s, c, 8, 1024);
+    let plan = s.spill_plan(2048, 0);
+    assert_eq!(plan.len(), 2);
+    s.begin_spill(&plan).unwrap();
+    assert_eq!(s.evict(u64::MAX).1, 0, "pinned");
+    s.abort_spill(&plan);
+    assert_eq!(s.evict(u64::MAX).1, 2, "evictable again");
 }
 
 #[test]
@@ -349,7 +388,7 @@ fn without_spilling_there_is_no_plan() {
         sealed(&mut s, c, n, 1024);
     }
     assert!(s.spill_plan(2000, 0).is_empty());
-    assert!(s.reserve_spill(1).is_err());
+    assert!(s.begin_spill(&[]).is_err());
 }
 
 #[test]

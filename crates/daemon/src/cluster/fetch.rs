@@ -237,14 +237,15 @@ impl Landing for StoreLanding<'_> {
             return Err(TransferError::Landing("already allocated".into()));
         }
         let c = self.cluster;
-        let mut sh = c.shared.lock();
         let meta = metadata.len() as u64;
-        let created = if sh.store.exists(&self.id) {
-            Err(ferroplasma_store::StoreError::ObjectExists(self.id))
-        } else {
-            sh.spill_for(data_size, meta)
-                .and_then(|()| sh.store.create(c.agent, self.id, data_size, meta, now_us()))
-        };
+        let (mut sh, created) = c.shared.with_room(c.shared.lock(), |sh| {
+            if sh.store.exists(&self.id) {
+                Err(ferroplasma_store::StoreError::ObjectExists(self.id))
+            } else {
+                sh.spill_for(data_size, meta)
+                    .and_then(|()| sh.store.create(c.agent, self.id, data_size, meta, now_us()))
+            }
+        });
         match created {
             Ok((loc, fx)) => {
                 sh.arena.write(loc.metadata_offset(), metadata);
@@ -305,8 +306,8 @@ pub struct StoreSource(pub Arc<Cluster>);
 impl Source for StoreSource {
     fn pin(&self, id: ObjectId) -> Option<Pinned> {
         let c = &self.0;
-        let mut sh = c.shared.lock();
-        if sh.unspill(id).is_err() {
+        let (mut sh, restored) = c.shared.with_room(c.shared.lock(), |sh| sh.unspill(id));
+        if restored.is_err() {
             return None;
         }
         let loc = sh.store.get(c.agent, id)?;

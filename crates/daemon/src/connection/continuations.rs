@@ -101,7 +101,7 @@ impl Connection {
                     },
                     request::Body::CreateAndSeal(c) => match parse_id(&c.object_id) {
                         Ok(id) => {
-                            let r = self.create_and_seal(id, c);
+                            let r = self.create_and_seal(rid, id, c, true);
                             if r.is_err() {
                                 self.unclaim(id);
                             }

@@ -14,22 +14,47 @@ use tokio::time::Instant;
 /// Creates one connection may have waiting for space at once.
 pub const MAX_PARKED_CREATES: usize = 256;
 
-/// A create waiting for space (`Create.wait_ms != 0`).
+/// What a parked create does once it has room.
+#[derive(Debug)]
+enum Then {
+    /// Reply with the location (`Create`); `metadata` is written by the
+    /// store, or `metadata_size` bytes by the creator.
+    Locate {
+        metadata: Vec<u8>,
+        metadata_size: u64,
+    },
+    /// Write the data and metadata, seal, and keep no reference
+    /// (`CreateAndSeal`).
+    Seal { data: Vec<u8>, metadata: Vec<u8> },
+}
+
+/// A create waiting for space: asked to (`Create.wait_ms != 0`), or while
+/// the store spills to make room for it.
 #[derive(Debug)]
 pub(super) struct PendingCreate {
     request_id: u64,
     id: ObjectId,
     data_size: u64,
-    /// Metadata bytes the store writes (empty when the creator writes them).
-    metadata: Vec<u8>,
-    metadata_size: u64,
+    then: Then,
     pub(super) deadline: Option<Instant>,
+    /// Waits only while spills are under way (`wait_ms == 0`).
+    only_for_spills: bool,
     /// The id is claimed cluster-wide: release the claim if the create fails.
     claimed: bool,
 }
 
+impl PendingCreate {
+    fn metadata_size(&self) -> u64 {
+        match &self.then {
+            Then::Locate { metadata_size, .. } => *metadata_size,
+            Then::Seal { metadata, .. } => metadata.len() as u64,
+        }
+    }
+}
+
 impl Connection {
-    /// A Create: allocates (waiting for space when asked).
+    /// A Create: allocates (waiting for space when asked, or while the
+    /// store spills to make room).
     pub(super) fn create(
         &mut self,
         rid: u64,
@@ -37,109 +62,136 @@ impl Connection {
         c: pb::Create,
         claimed: bool,
     ) -> Result<Option<reply::Body>, Refusal> {
-        match self.try_create(id, c.data_size, c.metadata_size, &c.metadata) {
-            Err(Waitable(_)) if c.wait_ms != 0 && self.creates.len() >= MAX_PARKED_CREATES => {
-                Err(refuse(
-                    pb::ErrorCode::TooLarge,
-                    format!(
-                        "{MAX_PARKED_CREATES} creates already wait for space on this connection \
-                         (the limit): wait for some to finish"
-                    ),
-                ))
-            }
-            Err(Waitable(e)) if c.wait_ms != 0 => {
-                tracing::debug!(client = self.client, %id, wait_ms = c.wait_ms, "create waits for space: {}", e.message);
-                self.creates.push(PendingCreate {
-                    request_id: rid,
-                    id,
-                    data_size: c.data_size,
-                    metadata: c.metadata,
-                    metadata_size: c.metadata_size,
-                    deadline: (c.wait_ms > 0)
-                        .then(|| Instant::now() + Duration::from_millis(c.wait_ms as u64)),
-                    claimed,
-                });
-                Ok(None)
-            }
-            Err(Waitable(e)) => Err(Refusal(e)),
-            Ok(r) => r.map(Some),
-        }
+        let p = PendingCreate {
+            request_id: rid,
+            id,
+            data_size: c.data_size,
+            then: Then::Locate {
+                metadata: c.metadata,
+                metadata_size: c.metadata_size,
+            },
+            deadline: (c.wait_ms > 0)
+                .then(|| Instant::now() + Duration::from_millis(c.wait_ms as u64)),
+            only_for_spills: c.wait_ms == 0,
+            claimed,
+        };
+        self.create_or_park(p)
     }
 
-    /// A CreateAndSeal: a small object in one message.
+    /// A CreateAndSeal: create, copy, seal, keep no reference.
     pub(super) fn create_and_seal(
         &mut self,
+        rid: u64,
         id: ObjectId,
         c: pb::CreateAndSeal,
+        claimed: bool,
     ) -> Result<Option<reply::Body>, Refusal> {
-        let client = self.client;
-        let mut sh = self.shared.lock();
-        let now = now_us();
-        if !sh.store.exists(&id) {
-            sh.spill_for(c.data.len() as u64, c.metadata.len() as u64)
-                .map_err(store_refusal)?;
-        }
-        let (loc, mut fx) = sh
-            .store
-            .create(
-                client,
-                id,
-                c.data.len() as u64,
-                c.metadata.len() as u64,
-                now,
-            )
-            .map_err(store_refusal)?;
-        sh.arena.write(loc.offset, &c.data);
-        sh.arena.write(loc.metadata_offset(), &c.metadata);
-        fx.extend(sh.store.seal(client, id, now).map_err(store_refusal)?);
-        fx.extend(sh.store.release(client, id).map_err(store_refusal)?);
-        sh.deliver(fx);
-        Ok(Some(reply::Body::Ok(pb::Ok {})))
+        let p = PendingCreate {
+            request_id: rid,
+            id,
+            data_size: c.data.len() as u64,
+            then: Then::Seal {
+                data: c.data,
+                metadata: c.metadata,
+            },
+            deadline: None,
+            only_for_spills: true,
+            claimed,
+        };
+        self.create_or_park(p)
     }
 
-    /// Creates an object. `Err(Waitable)` is a store-full refusal that
-    /// waiting could cure; `Ok(Err)` any other refusal.
-    /// `metadata` is written when given; `meta` is its size (or the size of
-    /// the metadata the creator writes itself).
-    pub(super) fn try_create(
-        &mut self,
-        id: ObjectId,
-        data_size: u64,
-        meta: u64,
-        metadata: &[u8],
-    ) -> Result<Result<reply::Body, Refusal>, Waitable> {
+    fn create_or_park(&mut self, p: PendingCreate) -> Result<Option<reply::Body>, Refusal> {
+        let before = self.spills_finished();
+        match self.try_create(&p) {
+            Ok(r) => r.map(Some),
+            Err(Waitable(e)) if p.only_for_spills && !self.room_coming(before) => Err(Refusal(e)),
+            Err(Waitable(_)) if self.creates.len() >= MAX_PARKED_CREATES => Err(refuse(
+                pb::ErrorCode::TooLarge,
+                format!(
+                    "{MAX_PARKED_CREATES} creates already wait for space on this connection \
+                     (the limit): wait for some to finish"
+                ),
+            )),
+            Err(Waitable(e)) => {
+                tracing::debug!(client = self.client, id = %p.id, "create waits for space: {}", e.message);
+                self.creates.push(p);
+                Ok(None)
+            }
+        }
+    }
+
+    fn spills_finished(&self) -> u64 {
+        self.shared.lock().spills_finished
+    }
+
+    /// Whether room may come for a create that found none: spill segments
+    /// are being written, or one was finished since `before` (the create
+    /// then tries again on the loop's next turn).
+    fn room_coming(&self, before: u64) -> bool {
+        let sh = self.shared.lock();
+        sh.spills_in_flight > 0 || sh.spills_finished != before
+    }
+
+    /// Creates an object (spilling others to make room, in the background).
+    /// `Err(Waitable)` is a store-full refusal that waiting could cure;
+    /// `Ok(Err)` any other refusal.
+    fn try_create(&mut self, p: &PendingCreate) -> Result<Result<reply::Body, Refusal>, Waitable> {
+        let (client, id, data_size, meta) = (self.client, p.id, p.data_size, p.metadata_size());
+        let shared = self.shared.clone();
         let mut sh = self.shared.lock();
         let fits_at_all = data_size.saturating_add(meta) <= sh.store.capacity();
         // Spill only for a create that can succeed (not for a taken id).
         let room = if sh.store.exists(&id) {
-            Ok(())
+            Ok(false)
         } else {
-            sh.spill_for(data_size, meta)
+            sh.start_spill(&shared, data_size, meta)
         };
-        let created =
-            room.and_then(|()| sh.store.create(self.client, id, data_size, meta, now_us()));
-        match created {
-            Ok((loc, fx)) => {
-                sh.arena.write(loc.metadata_offset(), metadata);
-                sh.deliver(fx);
-                Ok(Ok(reply::Body::Create(pb::CreateReply {
-                    location: Some(convert::location(loc)),
-                })))
-            }
+        let now = now_us();
+        let created = room.and_then(|_| sh.store.create(client, id, data_size, meta, now));
+        let (loc, mut fx) = match created {
+            Ok(v) => v,
             Err(e @ (StoreError::StoreFull { .. } | StoreError::SpillFull { .. }))
                 if fits_at_all =>
             {
-                Err(Waitable(convert::error(&e)))
+                return Err(Waitable(convert::error(&e)));
             }
-            Err(e) => Ok(Err(store_refusal(e))),
-        }
+            Err(e) => return Ok(Err(store_refusal(e))),
+        };
+        let body = match &p.then {
+            Then::Locate { metadata, .. } => {
+                sh.arena.write(loc.metadata_offset(), metadata);
+                reply::Body::Create(pb::CreateReply {
+                    location: Some(convert::location(loc)),
+                })
+            }
+            Then::Seal { data, metadata } => {
+                sh.arena.write(loc.offset, data);
+                sh.arena.write(loc.metadata_offset(), metadata);
+                let sealed = sh.store.seal(client, id, now).and_then(|f| {
+                    fx.extend(f);
+                    sh.store.release(client, id)
+                });
+                match sealed {
+                    Ok(f) => fx.extend(f),
+                    Err(e) => {
+                        sh.deliver(fx);
+                        return Ok(Err(store_refusal(e)));
+                    }
+                }
+                reply::Body::Ok(pb::Ok {})
+            }
+        };
+        sh.deliver(fx);
+        Ok(Ok(body))
     }
 
     /// Retries the creates waiting for space, in order; with `now`, also
     /// answers those whose wait ran out.
     pub(super) fn retry_creates(&mut self, now: Option<Instant>) {
         for p in std::mem::take(&mut self.creates) {
-            match self.try_create(p.id, p.data_size, p.metadata_size, &p.metadata) {
+            let before = self.spills_finished();
+            match self.try_create(&p) {
                 Ok(Ok(body)) => self.push_reply(p.request_id, body),
                 Ok(Err(Refusal(e))) => {
                     if p.claimed {
@@ -148,11 +200,15 @@ impl Connection {
                     self.push_reply(p.request_id, reply::Body::Error(e))
                 }
                 Err(Waitable(mut e)) => {
-                    if now.is_some_and(|n| p.deadline.is_some_and(|d| d <= n)) {
+                    let timed_out = now.is_some_and(|n| p.deadline.is_some_and(|d| d <= n));
+                    let no_more_room_coming = p.only_for_spills && !self.room_coming(before);
+                    if timed_out || no_more_room_coming {
                         if p.claimed {
                             self.unclaim(p.id);
                         }
-                        e.message = format!("waited for space in vain: {}", e.message);
+                        if timed_out {
+                            e.message = format!("waited for space in vain: {}", e.message);
+                        }
                         self.push_reply(p.request_id, reply::Body::Error(e));
                     } else {
                         self.creates.push(p);

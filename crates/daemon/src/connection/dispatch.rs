@@ -48,7 +48,7 @@ impl Connection {
                     self.start_claim(rid, id, B::CreateAndSeal(c));
                     return Ok(None);
                 }
-                self.create_and_seal(id, c)
+                self.create_and_seal(rid, id, c, false)
             }
             B::Seal(s) => {
                 let id = parse_id(&s.object_id)?;

@@ -110,13 +110,16 @@ impl Connection {
                 ),
             ));
         }
-        let mut sh = self.shared.lock();
+        let shared = self.shared.clone();
+        let mut sh = shared.lock();
         // Each object is brought back from the spill directory and pinned
         // (referenced) before the next is: restoring one never spills another
         // of the same batch.
         let mut found: Vec<Option<Location>> = Vec::with_capacity(ids.len());
         for id in &ids {
-            if let Err(e) = sh.unspill(*id) {
+            let (g, restored) = shared.with_room(sh, |sh| sh.unspill(*id));
+            sh = g;
+            if let Err(e) = restored {
                 for (i, f) in ids.iter().zip(&found) {
                     if f.is_some() {
                         if let Ok(fx) = sh.store.release(self.client, *i) {
@@ -176,10 +179,12 @@ impl Connection {
         if !self.gets.by_object.contains_key(&id) {
             return;
         }
-        let mut sh = self.shared.lock();
+        let shared = self.shared.clone();
+        let sh = shared.lock();
         // Spilled between its seal and this notice: bring it back first. If
         // that fails (no room), no later notice would come: say why now.
-        if let Err(e) = sh.unspill(id) {
+        let (mut sh, restored) = shared.with_room(sh, |sh| sh.unspill(id));
+        if let Err(e) = restored {
             drop(sh);
             self.fail_gets(id, store_refusal(e).0);
             return;
