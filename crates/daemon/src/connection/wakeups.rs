@@ -138,6 +138,34 @@ impl Spilling {
     fn connection(&self) -> Connection {
         testkit::connection(&self.rt, &self.shared, &[]).0
     }
+
+    /// `conn` parks a get of a new object x; another client seals x; then,
+    /// before `conn` handles the notice, a large put spills x. Returns x and
+    /// the large object.
+    fn seal_while_parked_then_spill(&self, conn: &mut Connection) -> (ObjectId, ObjectId) {
+        let x = ObjectId::random();
+        let parked = conn.get(
+            1,
+            pb::Get {
+                object_ids: pack_ids(&[x]),
+                timeout_ms: -1,
+            },
+        );
+        assert!(matches!(parked, Ok(None)), "parked");
+        {
+            let mut sh = self.shared.lock();
+            let (c, _rx) = sh.register();
+            sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
+            let fx = sh.store.seal(c, x, 0).unwrap();
+            sh.deliver(fx);
+            let fx = sh.store.release(c, x).unwrap();
+            sh.deliver(fx);
+            sh.disconnect(c);
+        }
+        let big = self.put(900 << 10); // needs x's room
+        assert!(self.shared.lock().store.is_spilled(&x));
+        (x, big)
+    }
 }
 
 fn replies(conn: &Connection) -> Vec<pb::Reply> {
@@ -188,29 +216,7 @@ fn a_batched_get_of_spilled_objects_never_waits_for_itself() {
 fn an_object_spilled_before_its_waiter_heard_of_the_seal_is_delivered() {
     let s = Spilling::new(1 << 20);
     let mut conn = s.connection();
-    let x = ObjectId::random();
-    let parked = conn.get(
-        1,
-        pb::Get {
-            object_ids: pack_ids(&[x]),
-            timeout_ms: -1,
-        },
-    );
-    assert!(matches!(parked, Ok(None)), "parked");
-    // Another client seals x; before the waiting connection handles the
-    // notice, a large create spills x.
-    {
-        let mut sh = s.shared.lock();
-        let (c, _rx) = sh.register();
-        sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
-        let fx = sh.store.seal(c, x, 0).unwrap();
-        sh.deliver(fx);
-        let fx = sh.store.release(c, x).unwrap();
-        sh.deliver(fx);
-        sh.disconnect(c);
-    }
-    s.put(900 << 10); // needs x's room
-    assert!(s.shared.lock().store.is_spilled(&x));
+    s.seal_while_parked_then_spill(&mut conn);
     let notice = conn.rx.try_recv().expect("the seal notice");
     conn.on_notice(notice);
     let got = replies(&conn);
@@ -280,26 +286,7 @@ fn parked_gets_are_capped_per_connection() {
 fn a_waiter_whose_object_cannot_come_back_is_told_why() {
     let s = Spilling::new(1 << 20);
     let mut conn = s.connection();
-    let x = ObjectId::random();
-    let parked = conn.get(
-        1,
-        pb::Get {
-            object_ids: pack_ids(&[x]),
-            timeout_ms: -1,
-        },
-    );
-    assert!(matches!(parked, Ok(None)), "parked");
-    {
-        let mut sh = s.shared.lock();
-        let (c, _rx) = sh.register();
-        sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
-        let fx = sh.store.seal(c, x, 0).unwrap();
-        sh.deliver(fx);
-        let fx = sh.store.release(c, x).unwrap();
-        sh.deliver(fx);
-        sh.disconnect(c);
-    }
-    let big = s.put(900 << 10); // spills x
+    let (_, big) = s.seal_while_parked_then_spill(&mut conn);
     let (holder, _rx) = s.shared.lock().register();
     assert!(s.shared.lock().store.get(holder, big).is_some(), "in use");
     let notice = conn.rx.try_recv().expect("the seal notice");
