@@ -239,7 +239,10 @@ fn clients_of_a_killed_store_get_an_error_promptly() {
             (r.map(|_| ()), t.elapsed())
         }
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // Kill the store only once the get waits in it.
+    store.eventually("the get is parked", || {
+        c.stats().unwrap().awaited_objects == 1
+    });
     let mut child = store.child.take().unwrap();
     child.kill().unwrap(); // SIGKILL: no goodbye to anyone
     child.wait().unwrap();
