@@ -30,3 +30,10 @@ def eventually(pred, timeout=10.0, what="condition"):
             return
         time.sleep(0.01)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def member_address(client) -> str:
+    """The cluster address a store started with ``cluster_listen="HOST:0"``
+    picked for itself."""
+    [me] = [m for m in client.cluster_status()["members"] if m["health"] == "this"]
+    return me["address"]

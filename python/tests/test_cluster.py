@@ -5,40 +5,30 @@ ObjectLost when a member dies."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import time
 
 import numpy as np
 import pytest
 
 import ferroplasma as fp
-from conftest import eventually
+from conftest import eventually, member_address
 
 TOKEN = "py-test-token"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def cluster():
-    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    # Each member binds a port the system picks (port 0) and says which; the
+    # others join the first and learn the rest by gossip.
+    common = {"cluster_token": TOKEN, "heartbeat_interval": "100ms", "peer_timeout": "2s"}
     with contextlib.ExitStack() as stack:
-        stores = [
+        first = stack.enter_context(fp.start_store("64MiB", cluster_listen="127.0.0.1:0", **common))
+        seed = member_address(first.connect())
+        stores = [first] + [
             stack.enter_context(
-                fp.start_store(
-                    "64MiB",
-                    cluster_listen=a,
-                    peers=",".join(p for p in addrs if p != a),
-                    cluster_token=TOKEN,
-                    heartbeat_interval="100ms",
-                    peer_timeout="2s",
-                )
+                fp.start_store("64MiB", cluster_listen="127.0.0.1:0", join=seed, **common)
             )
-            for a in addrs
+            for _ in range(2)
         ]
         clients = [s.connect() for s in stores]
         for c in clients:
@@ -49,7 +39,7 @@ def cluster():
                 ),
                 what="every member sees every other",
             )
-        yield stores, clients, addrs
+        yield stores, clients, [member_address(c) for c in clients]
 
 
 def test_an_array_put_on_one_member_is_a_zero_copy_view_on_another(cluster):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import ferroplasma as fp
-from conftest import eventually
+from conftest import eventually, member_address
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -43,12 +42,6 @@ def _blocks() -> list:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def store():
     with fp.start_store("2GiB") as s:
@@ -57,13 +50,11 @@ def store():
 
 @pytest.fixture(scope="module")
 def cluster():
-    ports = [_free_port(), _free_port()]
     token = "doc-test"
     common = {"cluster_token": token, "heartbeat_interval": "100ms", "peer_timeout": "2s"}
-    with fp.start_store("512MiB", cluster_listen=f"127.0.0.1:{ports[0]}", **common) as a:
-        with fp.start_store(
-            "512MiB", cluster_listen=f"127.0.0.1:{ports[1]}", join=f"127.0.0.1:{ports[0]}", **common
-        ) as b:
+    with fp.start_store("512MiB", cluster_listen="127.0.0.1:0", **common) as a:
+        seed = member_address(a.connect())
+        with fp.start_store("512MiB", cluster_listen="127.0.0.1:0", join=seed, **common) as b:
             client = b.connect()
             eventually(
                 lambda: (

@@ -102,14 +102,14 @@ def _local(root, dataset: str, sql: str):
 
 @pytest.fixture(scope="module")
 def server(root):
-    """`ferroplasma scan-server` as a process, on a free port."""
-    port = free_port()
+    """`ferroplasma scan-server` as a process, on a port the system picks
+    (it prints the address it serves on)."""
     proc = subprocess.Popen(
         [
             os.path.join(os.path.dirname(sys.executable), "ferroplasma"),
             "scan-server",
             "--listen",
-            f"127.0.0.1:{port}",
+            "127.0.0.1:0",
             "--root",
             str(root),
             "--no-store",
@@ -121,7 +121,7 @@ def server(root):
     )
     line = proc.stdout.readline()
     assert "serving" in line, line
-    yield f"127.0.0.1:{port}"
+    yield line.split(" on ")[-1].strip()
     proc.terminate()
     assert proc.wait(timeout=10) == 0
 

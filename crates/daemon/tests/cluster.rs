@@ -10,14 +10,6 @@ use std::time::{Duration, Instant};
 
 const TOKEN: &str = "test-token-1";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 struct Member {
     store: TestStore,
     addr: String,
@@ -43,10 +35,21 @@ impl Member {
         if !peers.is_empty() {
             args.extend(["--peers", &joined]);
         }
-        Member {
-            store: TestStore::start_in(netns, "64MiB", &args),
-            addr: addr.into(),
-        }
+        let store = TestStore::start_in(netns, "64MiB", &args);
+        // With port 0 the store picked its port: ask it which.
+        let addr = if addr.ends_with(":0") {
+            let status = store.client().cluster_status().unwrap();
+            status
+                .members
+                .iter()
+                .find(|m| m.health == MemberHealth::ThisMember as i32)
+                .expect("this member")
+                .addr
+                .clone()
+        } else {
+            addr.into()
+        };
+        Member { store, addr }
     }
 
     fn client(&self) -> Client {
@@ -80,21 +83,15 @@ fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
     panic!("timed out waiting for: {what}");
 }
 
+/// `n` members on loopback, each on a port the system picked; the first is
+/// started alone, the others are given it and learn the rest by gossip.
 fn cluster(n: usize) -> Vec<Member> {
-    let addrs: Vec<String> = (0..n)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
-    let members: Vec<Member> = addrs
-        .iter()
-        .map(|a| {
-            let peers: Vec<&str> = addrs
-                .iter()
-                .filter(|p| *p != a)
-                .map(String::as_str)
-                .collect();
-            Member::start(a, &peers, TOKEN)
-        })
-        .collect();
+    let first = Member::start("127.0.0.1:0", &[], TOKEN);
+    let seed = first.addr.clone();
+    let mut members = vec![first];
+    for _ in 1..n {
+        members.push(Member::start("127.0.0.1:0", &[seed.as_str()], TOKEN));
+    }
     for m in &members {
         eventually(
             "every member sees every other",
@@ -382,8 +379,7 @@ fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
 #[test]
 fn a_member_with_the_wrong_token_is_refused() {
     let m = cluster(2);
-    let addr = format!("127.0.0.1:{}", free_port());
-    let intruder = Member::start(&addr, &[m[0].addr.as_str()], "not-the-token");
+    let intruder = Member::start("127.0.0.1:0", &[m[0].addr.as_str()], "not-the-token");
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(m[0].alive_members(), 2, "the intruder is not a member");
     assert_eq!(intruder.alive_members(), 1, "and it sees nobody");

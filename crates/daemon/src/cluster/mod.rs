@@ -164,10 +164,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Cluster {
     /// Binds the gRPC and bulk listeners, registers the cluster's store
     /// client and starts the service, heartbeat and agent tasks.
-    pub async fn start(cfg: ClusterConfig, shared: SharedRef) -> Result<Arc<Self>, DaemonError> {
+    pub async fn start(
+        mut cfg: ClusterConfig,
+        shared: SharedRef,
+    ) -> Result<Arc<Self>, DaemonError> {
         let grpc = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| DaemonError::io(format!("binding --cluster-listen {}", cfg.listen), e))?;
+        // `--cluster-listen HOST:0`: the system picks the port, and the
+        // member advertises the one it got (tests use this: no port is
+        // chosen, freed and bound again, with a race in between).
+        if cfg.listen.port() == 0 {
+            let port = grpc
+                .local_addr()
+                .map_err(|e| DaemonError::io("cluster port", e))?
+                .port();
+            if let Some(host) = cfg.advertise.strip_suffix(":0") {
+                cfg.advertise = format!("{host}:{port}");
+            }
+        }
         let bulk = tokio::net::TcpListener::bind(cfg.data_listen)
             .await
             .map_err(|e| {
