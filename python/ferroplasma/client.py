@@ -291,9 +291,20 @@ class Client:
         return self._native.evict(num_bytes)[0]
 
     def stats(self) -> dict[str, Any]:
-        """capacity, used, objects, sealed_objects, referenced_objects,
-        clients, evictions, evicted_bytes, largest_free_block, free_blocks,
-        fragmentation."""
+        """The store's counters, as a dict.
+
+        Memory: ``capacity``, ``used`` (bytes held by allocations),
+        ``largest_free_block``, ``free_blocks``, ``fragmentation`` (0 to 1),
+        ``evictable_bytes``. Objects: ``objects``, ``sealed_objects``,
+        ``referenced_objects``, ``evictions``, ``evicted_bytes``. Spilling
+        (zero without a spill directory): ``spilled_objects``,
+        ``spilled_bytes``, ``spill_dir_bytes``, ``spills``, ``restores``.
+        Waiting: ``clients``, ``awaited_objects`` (objects some get waits to
+        see sealed), ``waiting_creates`` (creates waiting for space).
+
+        >>> client.stats()["waiting_creates"]  # doctest: +SKIP
+        0
+        """
         return self._native.stats()
 
     def subscribe(self, existing: bool = False) -> Subscription:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -42,7 +44,8 @@ def test_put_can_wait_for_space():
         assert time.monotonic() - t >= 0.19
 
         def let_go():
-            time.sleep(0.2)
+            probe = store.connect()
+            eventually(lambda: probe.stats()["waiting_creates"] == 1, what="the put to wait")
             nonlocal view
             del view
             holder.delete(big)
@@ -50,6 +53,28 @@ def test_put_can_wait_for_space():
         threading.Thread(target=let_go).start()
         oid = c.put(np.ones(60_000), wait=10)
         assert c.get(oid)[0] == 1.0
+
+
+def test_a_client_killed_while_its_create_waits_for_space_is_forgotten():
+    with fp.start_store("1MiB") as store:
+        holder, probe = store.connect(), store.connect()
+        big = holder.put(np.zeros(100_000))  # 800 kB, held
+        view = holder.get(big)
+        code = (
+            "import sys, numpy as np, ferroplasma as fp; c = fp.connect(sys.argv[1]); "
+            "c.put(np.zeros(60_000), wait=60)"
+        )
+        child = subprocess.Popen([sys.executable, "-c", code, store.socket])
+        try:
+            eventually(lambda: probe.stats()["waiting_creates"] == 1, what="the put to wait")
+        finally:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+        eventually(lambda: probe.stats()["waiting_creates"] == 0, what="the put to be forgotten")
+        del view
+        holder.delete(big)
+        oid = probe.put(np.ones(60_000))
+        assert probe.get(oid)[0] == 1.0
 
 
 def test_a_dying_store_raises_store_unavailable():

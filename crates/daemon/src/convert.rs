@@ -92,5 +92,7 @@ pub fn stats(s: &Stats) -> pb::StatsReply {
         restores: s.restores,
         evictable_bytes: s.evictable_bytes,
         awaited_objects: s.awaited_objects,
+        // Not the state machine's: the connections fill it in.
+        waiting_creates: 0,
     }
 }

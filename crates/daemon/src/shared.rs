@@ -28,6 +28,8 @@ pub struct Shared {
     pub spills_in_flight: usize,
     /// Spill writes finished since start (a change means room may have come).
     pub spills_finished: u64,
+    /// Creates parked on all connections, waiting for space.
+    pub waiting_creates: usize,
     /// Woken whenever the state changed in a way that may have made room
     /// (creates waiting for space retry then).
     pub space: Arc<Notify>,
@@ -50,6 +52,7 @@ impl SharedRef {
             spill: spill.map(Arc::new),
             spills_in_flight: 0,
             spills_finished: 0,
+            waiting_creates: 0,
             space: Arc::new(Notify::new()),
             cluster_client: None,
             outboxes: HashMap::new(),

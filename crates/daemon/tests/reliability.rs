@@ -193,11 +193,18 @@ fn a_create_can_wait_for_space() {
             Ok::<_, ClientError>(t.elapsed())
         }
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // Free the space only once the create waits in the store for it.
+    store.eventually("the create waits for space", || {
+        c.stats().unwrap().waiting_creates == 1
+    });
+    assert!(
+        !waiter.is_finished(),
+        "the create was answered with no space"
+    );
     drop(held);
     holder.delete(&[big]).unwrap();
-    let waited = waiter.join().unwrap().unwrap();
-    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    waiter.join().unwrap().unwrap();
+    assert_eq!(c.stats().unwrap().waiting_creates, 0);
     // An object larger than the store never waits.
     let err = c
         .create_waiting(ObjectId::random(), 2 << 20, b"", None)

@@ -214,6 +214,7 @@ impl NativeClient {
         d.set_item("spills", s.spills)?;
         d.set_item("restores", s.restores)?;
         d.set_item("awaited_objects", s.awaited_objects)?;
+        d.set_item("waiting_creates", s.waiting_creates)?;
         Ok(d)
     }
 

@@ -116,6 +116,7 @@ impl Connection {
             Err(Waitable(e)) => {
                 tracing::debug!(client = self.client, id = %p.id, "create waits for space: {}", e.message);
                 self.creates.push(p);
+                self.shared.lock().waiting_creates += 1;
                 Ok(None)
             }
         }
@@ -189,7 +190,12 @@ impl Connection {
     /// Retries the creates waiting for space, in order; with `now`, also
     /// answers those whose wait ran out.
     pub(super) fn retry_creates(&mut self, now: Option<Instant>) {
-        for p in std::mem::take(&mut self.creates) {
+        let parked = std::mem::take(&mut self.creates);
+        if parked.is_empty() {
+            return;
+        }
+        let before_len = parked.len();
+        for p in parked {
             let before = self.spills_finished();
             match self.try_create(&p) {
                 Ok(Ok(body)) => self.push_reply(p.request_id, body),
@@ -216,6 +222,7 @@ impl Connection {
                 }
             }
         }
+        self.shared.lock().waiting_creates -= before_len - self.creates.len();
     }
 }
 

@@ -163,7 +163,9 @@ impl Connection {
             }
             B::Stats(_) => {
                 let sh = self.shared.lock();
-                Ok(Some(reply::Body::Stats(convert::stats(&sh.store.stats()))))
+                let mut stats = convert::stats(&sh.store.stats());
+                stats.waiting_creates = sh.waiting_creates as u64;
+                Ok(Some(reply::Body::Stats(stats)))
             }
         }
     }

@@ -222,6 +222,15 @@ struct Connection {
     done_rx: mpsc::UnboundedReceiver<Completion>,
 }
 
+impl Drop for Connection {
+    /// Its parked creates stop waiting (and counting in the stats).
+    fn drop(&mut self) {
+        if !self.creates.is_empty() {
+            self.shared.lock().waiting_creates -= self.creates.len();
+        }
+    }
+}
+
 /// A request that is answered with an error and leaves the connection open.
 struct Refusal(pb::Error);
 
