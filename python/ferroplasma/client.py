@@ -279,7 +279,8 @@ class Client:
     def cluster_status(self) -> dict[str, Any]:
         """This store's view of its cluster: ``enabled`` (False for a lone
         store), ``members`` (each with address, data_address, health —
-        "this", "alive", "dead" or "unknown" —, capacity, used, objects,
+        "this", "alive", "dead", "unknown" or "refused" (another
+        cluster token) —, capacity, used, objects,
         last_seen in seconds) and this store's transfer counters (fetches,
         fetched_bytes, served, served_bytes, lookups, claims,
         directory_entries)."""

@@ -101,3 +101,23 @@ def test_a_lone_store_reports_no_cluster(client):
     # cluster=True on a lone store answers for the store itself.
     assert client.contains(oid, cluster=True)
     assert client.list(cluster=True)[oid]["members"] == [""]
+
+
+def test_a_member_with_another_token_shows_as_refused(cluster):
+    _stores, clients, addrs = cluster
+    with fp.start_store(
+        "64MiB",
+        cluster_listen="127.0.0.1:0",
+        join=addrs[0],
+        cluster_token="not-the-token",
+        heartbeat_interval="100ms",
+    ) as intruder:
+        c = intruder.connect()
+
+        def health_of_seed():
+            members = c.cluster_status()["members"]
+            return next(m["health"] for m in members if m["address"] == addrs[0])
+
+        eventually(lambda: health_of_seed() == "refused", what="the seed to refuse the intruder")
+        assert sum(m["health"] == "alive" for m in c.cluster_status()["members"]) == 0
+        assert len(clients[0].cluster_status()["members"]) == 3

@@ -169,11 +169,13 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     Ok(ferroplasma_client::MemberHealth::ThisMember) => "this",
                     Ok(ferroplasma_client::MemberHealth::Alive) => "alive",
                     Ok(ferroplasma_client::MemberHealth::Dead) => "DEAD",
+                    Ok(ferroplasma_client::MemberHealth::Refused) => "REFUSED",
                     _ => "unknown",
                 };
                 let heard = match health {
                     "this" => "-".into(),
                     "unknown" => "never".into(),
+                    "REFUSED" => "another --cluster-token".into(),
                     _ => format!("{:.1} s ago", m.last_seen_ms as f64 / 1000.0),
                 };
                 println!(

@@ -380,7 +380,18 @@ fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
 fn a_member_with_the_wrong_token_is_refused() {
     let m = cluster(2);
     let intruder = Member::start("127.0.0.1:0", &[m[0].addr.as_str()], "not-the-token");
-    std::thread::sleep(Duration::from_millis(1500));
+    // Its heartbeats reach the member and are refused, and it says so.
+    intruder
+        .store
+        .eventually("the intruder's heartbeat is refused", || {
+            intruder
+                .client()
+                .cluster_status()
+                .unwrap()
+                .members
+                .iter()
+                .any(|s| s.addr == m[0].addr && s.health == MemberHealth::Refused as i32)
+        });
     assert_eq!(m[0].alive_members(), 2, "the intruder is not a member");
     assert_eq!(intruder.alive_members(), 1, "and it sees nobody");
     let id = ObjectId::random();

@@ -232,6 +232,7 @@ impl NativeClient {
                 Ok(ferroplasma_client::MemberHealth::ThisMember) => "this",
                 Ok(ferroplasma_client::MemberHealth::Alive) => "alive",
                 Ok(ferroplasma_client::MemberHealth::Dead) => "dead",
+                Ok(ferroplasma_client::MemberHealth::Refused) => "refused",
                 _ => "unknown",
             };
             md.set_item("health", health)?;

@@ -25,11 +25,11 @@ pub async fn run(cluster: Arc<Cluster>) {
             tokio::spawn(async move {
                 match c.peers.heartbeat(&addr, msg).await {
                     Ok(r) => c.heard(member_of(r.from), &r.known),
-                    Err(e)
-                        if e.code() == tonic::Code::Unauthenticated
-                            && super::token::quiet_period() =>
-                    {
-                        tracing::warn!(member = %addr, "heartbeat refused: the member has another --cluster-token")
+                    Err(e) if e.code() == tonic::Code::Unauthenticated => {
+                        lock(&c.membership).refused(&addr);
+                        if super::token::quiet_period() {
+                            tracing::warn!(member = %addr, "heartbeat refused: the member has another --cluster-token")
+                        }
                     }
                     Err(e) => tracing::trace!(member = %addr, error = %e, "no heartbeat answer"),
                 }

@@ -30,6 +30,8 @@ pub enum Health {
     Dead,
     /// Known by name only (from flags or gossip).
     Unknown,
+    /// Answers, but refused our heartbeat (another `--cluster-token`).
+    Refused,
 }
 
 /// One other member.
@@ -133,6 +135,16 @@ impl Membership {
         ch
     }
 
+    /// Records that `addr` refused a heartbeat (it has another token). A
+    /// live member is left to the timeout, like any member gone silent.
+    pub fn refused(&mut self, addr: &str) {
+        if let Some(m) = self.members.get_mut(addr) {
+            if m.health != Health::Alive {
+                m.health = Health::Refused;
+            }
+        }
+    }
+
     /// Declares dead the live members silent for longer than the timeout.
     pub fn sweep(&mut self, now: Instant) -> Changes {
         let mut ch = Changes::default();
@@ -189,6 +201,23 @@ impl Membership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_marks_only_members_not_alive() {
+        let t = Instant::now();
+        let mut m = Membership::new("me", Duration::from_secs(1));
+        m.learn(["a", "b"]);
+        m.heard(info("b", 1), t);
+        m.refused("a");
+        m.refused("b");
+        m.refused("nobody");
+        assert_eq!(m.get("a").unwrap().health, Health::Refused);
+        assert_eq!(m.get("b").unwrap().health, Health::Alive);
+        assert!(m.get("nobody").is_none());
+        // An answer after all (the member restarted with our token).
+        m.heard(info("a", 2), t);
+        assert_eq!(m.get("a").unwrap().health, Health::Alive);
+    }
 
     fn info(addr: &str, inc: u64) -> MemberInfo {
         MemberInfo {

@@ -333,6 +333,7 @@ impl Cluster {
                     membership::Health::Alive => wire::MemberHealth::Alive,
                     membership::Health::Dead => wire::MemberHealth::Dead,
                     membership::Health::Unknown => wire::MemberHealth::Unknown,
+                    membership::Health::Refused => wire::MemberHealth::Refused,
                 } as i32,
                 capacity: m.info.capacity,
                 used: m.info.used,
