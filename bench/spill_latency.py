@@ -2,9 +2,10 @@
 
 A reader process gets a 1 KiB object over and over, timing each get, while
 a writer puts 256 MiB objects into a 512 MiB store with a spill directory,
-so that every put makes the store spill about 256 MiB to disk. The figures
-(p50, p99, max of the 1 KiB get) are printed next to the same reader's
-figures with nobody writing, in the same run.
+so that every put makes the store spill about 256 MiB to disk; then while
+the writer gets spilled 256 MiB objects back (each get restores one and
+spills another). The figures (p50, p99, max of the 1 KiB get) are printed
+next to the same reader's figures with nobody writing, in the same run.
 
     make bench-spill          # or: .venv/bin/python bench/spill_latency.py
 """
@@ -20,6 +21,9 @@ import time
 import numpy as np
 
 import ferroplasma as fp
+
+
+PHASES = ("idle", "spilling", "restoring")
 
 
 def _reader(socket: str, oid: bytes, seconds: float, out) -> None:
@@ -50,21 +54,32 @@ def measure(seconds: float, spill_parent: str) -> dict:
         c = store.connect()
         oid = c.put(b"x" * 1024).binary()
         results = {}
-        for phase in ("idle", "spilling"):
+        bigs: list = []
+        for phase in PHASES:
             q = mp.Queue()
             p = mp.Process(target=_reader, args=(store.socket, oid, seconds, q))
             p.start()
             puts = 0
+            big = np.ones(256 << 20, dtype=np.uint8)
+            end = time.perf_counter() + seconds
             if phase == "spilling":
-                big = np.ones(256 << 20, dtype=np.uint8)
-                end = time.perf_counter() + seconds
                 while time.perf_counter() < end:
-                    c.put(big)
+                    bigs.append(c.put(big))
+                    puts += 1
+            elif phase == "restoring":
+                while time.perf_counter() < end:
+                    # The oldest is spilled: getting it reads 256 MiB back
+                    # and spills another.
+                    oldest = bigs.pop(0)
+                    c.get_buffers([oldest], timeout=60)
+                    c.delete([oldest])
+                    bigs.append(c.put(big))
                     puts += 1
             lat = q.get()
             p.join()
             results[phase] = {**_figures(lat), "puts_of_256MiB": puts}
-        results["spills"] = c.stats()["spills"]
+        st = c.stats()
+        results["spills"], results["restores"] = st["spills"], st["restores"]
     return results
 
 
@@ -77,13 +92,13 @@ def main() -> None:
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     r = measure(args.seconds, args.spill_parent)
-    for phase in ("idle", "spilling"):
+    for phase in PHASES:
         f = r[phase]
         print(
             f"{phase:>9}: 1 KiB get p50 {f['p50_us']:8.1f} us  p99 {f['p99_us']:10.1f} us  "
             f"max {f['max_us']:10.1f} us  ({f['gets']} gets, {f['puts_of_256MiB']} puts of 256 MiB)"
         )
-    print(f"objects spilled: {r['spills']}")
+    print(f"objects spilled: {r['spills']}, restored: {r['restores']}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(r, fh, indent=2)

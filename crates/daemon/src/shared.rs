@@ -30,6 +30,9 @@ pub struct Shared {
     pub spills_finished: u64,
     /// Creates parked on all connections, waiting for space.
     pub waiting_creates: usize,
+    /// Spilled objects to bring back once the spills under way are done
+    /// (there was no room for them before).
+    restores_waiting: Vec<ObjectId>,
     /// Woken whenever the state changed in a way that may have made room
     /// (creates waiting for space retry then).
     pub space: Arc<Notify>,
@@ -37,6 +40,15 @@ pub struct Shared {
     /// (it is also told of aborted creates, to release their ids).
     pub cluster_client: Option<ClientId>,
     outboxes: HashMap<ClientId, mpsc::Sender<Notice>>,
+}
+
+/// What [`Shared::request_restore`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restore {
+    /// The object is not spilled (in memory, or absent): get it now.
+    NotSpilled,
+    /// It is on its way back: wait for it (watch it).
+    Underway,
 }
 
 /// A handle on [`Shared`].
@@ -53,6 +65,7 @@ impl SharedRef {
             spills_in_flight: 0,
             spills_finished: 0,
             waiting_creates: 0,
+            restores_waiting: Vec::new(),
             space: Arc::new(Notify::new()),
             cluster_client: None,
             outboxes: HashMap::new(),
@@ -81,14 +94,28 @@ impl SharedRef {
         }
     }
 
+    /// Waits (blocking the thread) while `id` is being brought back from
+    /// the spill directory by [`Shared::request_restore`].
+    pub fn wait_restored<'a>(
+        &'a self,
+        mut sh: MutexGuard<'a, Shared>,
+        id: ObjectId,
+    ) -> MutexGuard<'a, Shared> {
+        while sh.store.is_restoring(&id) {
+            sh = self.1.wait(sh).unwrap_or_else(|p| p.into_inner());
+        }
+        sh
+    }
+
     /// Locks the state. A panic while it was held (a bug) does not take the
     /// other connections down with it.
     pub fn lock(&self) -> MutexGuard<'_, Shared> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Wakes the callers of `with_room` (a spill segment was written).
-    fn spill_done(&self) {
+    /// Wakes the callers of `with_room` and `wait_restored` (a spill
+    /// segment was written, or an object read back).
+    fn wake_blocked(&self) {
         self.1.notify_all();
     }
 }
@@ -157,10 +184,11 @@ impl Shared {
             sh.spills_in_flight -= 1;
             sh.spills_finished += 1;
             let _ = sh.end_spill(segment, &plan, written);
+            sh.retry_restores(&me);
             // Waiting creates look again even if the write failed.
             sh.space.notify_waiters();
             drop(sh);
-            me.spill_done();
+            me.wake_blocked();
         });
         Ok(true)
     }
@@ -192,28 +220,103 @@ impl Shared {
         }
     }
 
-    /// Brings `id` back into memory if it is spilled (spilling others to
-    /// make room). A spilled object whose file cannot be read is dropped and
-    /// logged: it then reads as absent, never as wrong bytes.
+    /// Brings `id` back into memory now if it is spilled (spilling others
+    /// to make room, here and now). A spilled object whose file cannot be
+    /// read is dropped and logged: it then reads as absent, never as wrong
+    /// bytes. For callers that cannot wait for [`Shared::request_restore`]:
+    /// those off the runtime thread (cluster serving) and tests.
     pub fn unspill(&mut self, id: ObjectId) -> Result<(), StoreError> {
         let Some((data, meta)) = self.store.spilled_sizes(&id) else {
             return Ok(());
         };
         self.spill_for(data, meta)?;
-        let (loc, at, fx) = self.store.restore(id)?;
         let dir = self
             .spill
-            .as_ref()
+            .clone()
             .expect("spilled objects imply a spill dir");
-        let read = dir.read_into(at, &self.arena, loc.offset);
-        // Only now may the segment file go (fx may name it).
+        let arena = self.arena.clone();
+        let (loc, at, mut fx) = self.store.begin_restore(id)?;
+        // Only after the read may the segment file go (fx may name it).
+        let dead = std::mem::take(&mut fx.dead_segments);
         self.deliver(fx);
-        if let Err(e) = read {
-            tracing::error!(%id, error = %e, "a spilled object could not be read back; dropped");
-            let (_, fx) = self.store.delete(id);
-            self.deliver(fx);
-        }
+        let read = dir.read_into(at, &arena, loc.offset);
+        self.end_restore(id, read, dead);
         Ok(())
+    }
+
+    /// Starts bringing `id` back into memory if it is spilled, without
+    /// blocking: its bytes are read on a blocking thread, and when no room
+    /// can be had now but spills under way will make some, it waits for
+    /// them. Meanwhile gets of it wait (watch it): when it is back, each
+    /// watcher is handed a reference ([`Notice::Restored`]); when it cannot
+    /// come back, they are told with a [`Notice::Sealed`], and asking again
+    /// gives the error.
+    ///
+    /// `Err` when it cannot come back at all (memory full of objects in use,
+    /// or the spill directory full). Outside a runtime (tests), restores
+    /// here and now.
+    ///
+    /// [`Notice::Restored`]: ferroplasma_store::Notice::Restored
+    /// [`Notice::Sealed`]: ferroplasma_store::Notice::Sealed
+    pub fn request_restore(&mut self, me: &SharedRef, id: ObjectId) -> Result<Restore, StoreError> {
+        if self.store.is_restoring(&id) || self.restores_waiting.contains(&id) {
+            return Ok(Restore::Underway);
+        }
+        let Some((data, meta)) = self.store.spilled_sizes(&id) else {
+            return Ok(Restore::NotSpilled);
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.unspill(id)?;
+            return Ok(Restore::NotSpilled);
+        };
+        match self.store.begin_restore(id) {
+            Ok((loc, at, mut fx)) => {
+                let dead = std::mem::take(&mut fx.dead_segments);
+                self.deliver(fx);
+                let dir = self
+                    .spill
+                    .clone()
+                    .expect("spilled objects imply a spill dir");
+                let (me, arena) = (me.clone(), self.arena.clone());
+                rt.spawn_blocking(move || {
+                    let read = dir.read_into(at, &arena, loc.offset);
+                    me.lock().end_restore(id, read, dead);
+                    me.wake_blocked();
+                });
+                Ok(Restore::Underway)
+            }
+            Err(StoreError::StoreFull { .. }) if self.start_spill(me, data, meta)? => {
+                self.restores_waiting.push(id);
+                Ok(Restore::Underway)
+            }
+            Err(StoreError::StoreFull { .. }) if self.spills_in_flight > 0 => {
+                self.restores_waiting.push(id);
+                Ok(Restore::Underway)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A spill was written: the restores that waited for room try again;
+    /// the waiters of one that still cannot come back are told.
+    fn retry_restores(&mut self, me: &SharedRef) {
+        for id in std::mem::take(&mut self.restores_waiting) {
+            if let Err(e) = self.request_restore(me, id) {
+                tracing::debug!(%id, error = %e, "a spilled object cannot come back yet");
+                let fx = self.store.wake_waiters(id);
+                self.deliver(fx);
+            }
+        }
+    }
+
+    /// Completes a restore whose bytes were read (or not).
+    fn end_restore(&mut self, id: ObjectId, read: std::io::Result<()>, dead_segments: Vec<u64>) {
+        if let Err(e) = &read {
+            tracing::error!(%id, error = %e, "a spilled object could not be read back; dropped");
+        }
+        let mut fx = self.store.finish_restore(id, read.is_ok());
+        fx.dead_segments.extend(dead_segments);
+        self.deliver(fx);
     }
 
     /// Queues each notice for its client (a client whose queue is full is cut

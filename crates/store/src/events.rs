@@ -8,6 +8,10 @@ pub use ferroplasma_protocol::{Event, EventKind, ObjectId};
 pub enum Notice {
     /// An object the client watched is sealed: retry its pending gets.
     Sealed(ObjectId),
+    /// An object the client watched was brought back from the spill
+    /// directory, and the client was handed one reference to it (which it
+    /// must release or hand on).
+    Restored(ObjectId),
     /// A subscription event.
     Event(Event),
 }

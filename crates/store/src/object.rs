@@ -55,11 +55,20 @@ pub(crate) struct Entry {
     /// Being written to the spill directory: its memory stays (readable,
     /// not evictable, not freed) until the write is done.
     pub spilling: bool,
+    /// Being read back from the spill directory: its memory is allocated
+    /// but not filled yet (not readable, evictable or freed until the read
+    /// is done).
+    pub restoring: bool,
 }
 
 impl Entry {
     pub fn is_sealed(&self) -> bool {
         self.state == ObjectState::Sealed
+    }
+
+    /// Whether a get may take it: sealed, in memory, not being deleted.
+    pub fn is_readable(&self) -> bool {
+        self.is_sealed() && !self.delete_pending && !self.restoring
     }
 }
 

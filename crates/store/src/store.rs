@@ -192,6 +192,7 @@ impl Store {
                 delete_pending: false,
                 evictable: false,
                 spilling: false,
+                restoring: false,
             },
         );
         self.referenced_count += 1;
@@ -253,7 +254,7 @@ impl Store {
     /// Takes a reference on a sealed object; `None` if absent or unsealed.
     pub fn get(&mut self, client: ClientId, id: ObjectId) -> Option<Location> {
         let e = self.objects.get_mut(&id)?;
-        if !e.is_sealed() || e.delete_pending {
+        if !e.is_readable() {
             return None;
         }
         if std::mem::take(&mut e.evictable) {
@@ -280,7 +281,7 @@ impl Store {
         ids.iter()
             .map(|id| {
                 let e = self.objects.get_mut(id)?;
-                if !e.is_sealed() || e.delete_pending {
+                if !e.is_readable() {
                     return None;
                 }
                 if std::mem::take(&mut e.evictable) {
@@ -302,6 +303,20 @@ impl Store {
         if c.watching.insert(id) {
             self.waiters.entry(id).or_default().push(client);
         }
+    }
+
+    /// Tells every client watching `id` to look again (a
+    /// [`Notice::Sealed`]), and forgets their watches: for a spilled object
+    /// that cannot be brought back, so that they learn why.
+    pub fn wake_waiters(&mut self, id: ObjectId) -> Effects {
+        let mut fx = Effects::default();
+        for w in self.waiters.remove(&id).unwrap_or_default() {
+            if let Some(c) = self.clients.get_mut(&w) {
+                c.watching.remove(&id);
+            }
+            fx.push(w, Notice::Sealed(id));
+        }
+        fx
     }
 
     /// Withdraws a [`Store::watch`].
@@ -501,12 +516,17 @@ impl Store {
         fx
     }
 
-    /// Brings a spilled object back: allocates its memory and makes it a
-    /// sealed, unreferenced object again. The daemon must copy the bytes
-    /// from `SpillRef` into the returned location before anyone reads it
-    /// (it does so in the same critical section). Spill room first with
-    /// [`Store::spill_plan`], or this may evict.
-    pub fn restore(&mut self, id: ObjectId) -> Result<(Location, SpillRef, Effects), StoreError> {
+    /// Starts bringing a spilled object back: allocates its memory and
+    /// enters it as *restoring*: counted as sealed (`contains` says yes),
+    /// but not readable, evictable, spillable or freed until
+    /// [`Store::finish_restore`]. The daemon copies the bytes from the
+    /// returned `SpillRef` into the returned location meanwhile, and removes
+    /// the effects' dead segments only after that read. Spill room first
+    /// with [`Store::spill_plan`], or this may evict.
+    pub fn begin_restore(
+        &mut self,
+        id: ObjectId,
+    ) -> Result<(Location, SpillRef, Effects), StoreError> {
         let (data_size, metadata_size) = self
             .spilled_sizes(&id)
             .ok_or(StoreError::ObjectNotFound(id))?;
@@ -528,7 +548,7 @@ impl Store {
             data_size,
             metadata_size,
         };
-        let mut entry = Entry {
+        let entry = Entry {
             location,
             alloc_size: need,
             state: ObjectState::Sealed,
@@ -538,12 +558,77 @@ impl Store {
             delete_pending: false,
             evictable: false,
             spilling: false,
+            restoring: true,
         };
-        entry.evictable = true;
-        self.policy.add(id, need);
         self.objects.insert(id, entry);
         self.sealed_count += 1;
         Ok((location, s.at, fx))
+    }
+
+    /// Whether `id` is being brought back from the spill directory.
+    pub fn is_restoring(&self, id: &ObjectId) -> bool {
+        self.objects.get(id).is_some_and(|e| e.restoring)
+    }
+
+    /// Ends a [`Store::begin_restore`]. When the bytes were read back
+    /// (`read` true), every client waiting for `id` is handed a reference
+    /// to it at once, with a [`Notice::Restored`] (the reference is theirs
+    /// to release), so that no other restore can spill it again before they
+    /// take it; with no waiter it becomes evictable. When they could not be
+    /// read, or it was deleted meanwhile, it is dropped (its waiters go on
+    /// waiting, as for any absent object, and are told with a
+    /// [`Notice::Sealed`] so that gets that do not wait can answer).
+    pub fn finish_restore(&mut self, id: ObjectId, read: bool) -> Effects {
+        let mut fx = Effects::default();
+        let Some(e) = self.objects.get_mut(&id).filter(|e| e.restoring) else {
+            return fx;
+        };
+        e.restoring = false;
+        let keep = read && !e.delete_pending;
+        let waiters = self.waiters.remove(&id).unwrap_or_default();
+        if !keep {
+            self.remove_object(id, true, &mut fx);
+        }
+        let mut granted = 0;
+        for w in waiters {
+            let Some(c) = self.clients.get_mut(&w) else {
+                continue;
+            };
+            c.watching.remove(&id);
+            if keep {
+                *c.refs.entry(id).or_insert(0) += 1;
+                granted += 1;
+                fx.push(w, Notice::Restored(id));
+            } else {
+                fx.push(w, Notice::Sealed(id));
+            }
+        }
+        if !keep {
+            return fx;
+        }
+        if granted == 0 {
+            self.became_unreferenced(id, &mut fx);
+        } else {
+            self.referenced_count += 1;
+            if let Some(e) = self.objects.get_mut(&id) {
+                e.ref_count = granted;
+            }
+        }
+        fx
+    }
+
+    /// Brings a spilled object back in one step, for callers that read its
+    /// bytes synchronously: [`Store::begin_restore`] then, once `read`
+    /// copied them, [`Store::finish_restore`].
+    pub fn restore(
+        &mut self,
+        id: ObjectId,
+        read: impl FnOnce(Location, SpillRef) -> bool,
+    ) -> Result<Effects, StoreError> {
+        let (loc, at, mut fx) = self.begin_restore(id)?;
+        let ok = read(loc, at);
+        fx.extend(self.finish_restore(id, ok));
+        Ok(fx)
     }
 
     /// Drops a spilled object whose bytes could not be read back.
@@ -565,7 +650,7 @@ impl Store {
         let Some(e) = self.objects.get_mut(&id) else {
             return (DeleteOutcome::NotFound, fx);
         };
-        if e.is_sealed() && e.ref_count == 0 && !e.spilling {
+        if e.is_sealed() && e.ref_count == 0 && !e.spilling && !e.restoring {
             self.remove_object(id, true, &mut fx);
             (DeleteOutcome::Deleted, fx)
         } else {
@@ -762,8 +847,8 @@ impl Store {
         let Some(e) = self.objects.get_mut(&id) else {
             return;
         };
-        if e.spilling {
-            return; // finish_spill or abort_spill decides
+        if e.spilling || e.restoring {
+            return; // finish_spill, abort_spill or finish_restore decides
         }
         if e.delete_pending {
             self.remove_object(id, true, fx);

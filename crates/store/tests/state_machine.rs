@@ -318,8 +318,15 @@ fn spilling_keeps_the_books_without_io() {
     let seg2 = s.begin_spill(&more).unwrap();
     let offs: Vec<u64> = (0..more.len() as u64).map(|i| i * 1024).collect();
     s.finish_spill(seg2, &more, &offs);
-    let (loc, at, fx) = s.restore(id(1)).unwrap();
+    let mut read_from = None;
+    let fx = s
+        .restore(id(1), |loc, at| {
+            read_from = Some((loc, at));
+            true
+        })
+        .unwrap();
     let mut dead = fx.dead_segments;
+    let (loc, at) = read_from.expect("read");
     assert_eq!((at.segment, at.offset, at.len), (seg, 0, 1024));
     assert_eq!(loc.data_size, 1024);
     assert_eq!(s.get(c, id(1)), Some(loc));
@@ -475,4 +482,67 @@ fn a_careless_policy_cannot_make_the_store_free_memory_in_use() {
     assert!(!s.contains(&id(2)));
     // And a create that needs room fails cleanly instead of looping.
     s.create(c, id(3), 64 * 4, 0, 0).unwrap_err();
+}
+
+/// Spills everything out of a store of 4 KiB holding 1..=4.
+fn spilled_out(s: &mut Store, n: u8) {
+    let plan = s.spill_plan(4096, 0);
+    assert!(plan.iter().any(|v| v.id == id(n)), "{plan:?}");
+    let seg = s.begin_spill(&plan).unwrap();
+    let offs: Vec<u64> = (0..plan.len() as u64).map(|i| i * 1024).collect();
+    s.finish_spill(seg, &plan, &offs);
+    assert!(s.is_spilled(&id(n)));
+}
+
+#[test]
+fn an_object_being_restored_is_unreadable_pinned_and_handed_to_its_waiters() {
+    let mut s = Store::with_spill(4096, 1 << 20);
+    let c = s.connect();
+    let waiter = s.connect();
+    for n in 1..=4 {
+        sealed(&mut s, c, n, 1024);
+    }
+    spilled_out(&mut s, 1);
+    s.watch(waiter, id(1));
+    let (_, _, fx) = s.begin_restore(id(1)).unwrap();
+    assert!(fx.notices.is_empty());
+    // While its bytes are read back: there, but not readable, not evictable,
+    // not spillable, and a delete waits.
+    assert!(s.contains(&id(1)) && s.is_restoring(&id(1)) && !s.is_spilled(&id(1)));
+    assert_eq!(
+        s.get(c, id(1)),
+        None,
+        "not readable before the read is done"
+    );
+    assert_eq!(s.evict(u64::MAX).1, 0, "not evictable");
+    assert!(s.spill_plan(4096, 0).is_empty(), "not spillable");
+    // Done: the waiter holds a reference and is told so; nobody else does.
+    let fx = s.finish_restore(id(1), true);
+    assert_eq!(fx.notices, vec![(waiter, Notice::Restored(id(1)))]);
+    assert!(!s.is_restoring(&id(1)));
+    assert_eq!(s.stats().referenced_objects, 1);
+    assert_eq!(s.evict(u64::MAX).1, 0, "held by the waiter");
+    assert!(s.release(waiter, id(1)).is_ok());
+    assert!(s.release(waiter, id(1)).is_err(), "exactly one reference");
+    assert_eq!(s.evict(u64::MAX).1, 1, "evictable once released");
+    // Deleted while restoring: gone when the read is done; a failed read
+    // drops the object and tells the waiters, who hold nothing.
+    for (delete, read) in [(true, true), (false, false)] {
+        let mut s = Store::with_spill(4096, 1 << 20);
+        let c = s.connect();
+        for n in 1..=4 {
+            sealed(&mut s, c, n, 1024);
+        }
+        spilled_out(&mut s, 1);
+        s.watch(c, id(1));
+        s.begin_restore(id(1)).unwrap();
+        if delete {
+            assert_eq!(s.delete(id(1)).0, DeleteOutcome::Deferred);
+        }
+        let fx = s.finish_restore(id(1), read);
+        assert!(!s.contains(&id(1)) && !s.is_spilled(&id(1)));
+        assert!(fx.notices.contains(&(c, Notice::Sealed(id(1)))));
+        assert_eq!(s.stats().used, 0);
+        assert_eq!(s.stats().referenced_objects, 0);
+    }
 }

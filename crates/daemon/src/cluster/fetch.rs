@@ -306,7 +306,8 @@ pub struct StoreSource(pub Arc<Cluster>);
 impl Source for StoreSource {
     fn pin(&self, id: ObjectId) -> Option<Pinned> {
         let c = &self.0;
-        let (mut sh, restored) = c.shared.with_room(c.shared.lock(), |sh| sh.unspill(id));
+        let sh = c.shared.wait_restored(c.shared.lock(), id);
+        let (mut sh, restored) = c.shared.with_room(sh, |sh| sh.unspill(id));
         if restored.is_err() {
             return None;
         }
@@ -326,6 +327,11 @@ impl Source for StoreSource {
                 }
             })),
         })
+    }
+
+    fn is_spilled(&self, id: ObjectId) -> bool {
+        let sh = self.0.shared.lock();
+        sh.store.is_spilled(&id) || sh.store.is_restoring(&id)
     }
 
     fn served(&self, bytes: u64) {

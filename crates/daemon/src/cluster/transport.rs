@@ -111,8 +111,14 @@ impl Drop for Pinned {
 
 /// The local objects a member serves to others.
 pub trait Source: Send + Sync {
-    /// Pins a sealed object for sending; `None` when it is not here.
+    /// Pins a sealed object for sending; `None` when it is not here. May
+    /// block (to bring a spilled object back) when [`Source::is_spilled`]
+    /// says so: the caller then runs it on a blocking thread.
     fn pin(&self, id: ObjectId) -> Option<Pinned>;
+    /// Whether pinning `id` has to read it back from disk first.
+    fn is_spilled(&self, _id: ObjectId) -> bool {
+        false
+    }
     /// Counts an object sent.
     fn served(&self, bytes: u64);
 }
@@ -311,7 +317,7 @@ pub async fn serve_tcp(listener: TcpListener, token: Arc<str>, source: Arc<dyn S
             Ok((s, from)) => {
                 let (token, source) = (token.clone(), source.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve_one(s, &token, &*source).await {
+                    if let Err(e) = serve_one(s, &token, source).await {
                         tracing::debug!(%from, error = %e, "bulk connection ended");
                     }
                 });
@@ -324,7 +330,7 @@ pub async fn serve_tcp(listener: TcpListener, token: Arc<str>, source: Arc<dyn S
     }
 }
 
-async fn serve_one(mut s: TcpStream, token: &str, source: &dyn Source) -> std::io::Result<()> {
+async fn serve_one(mut s: TcpStream, token: &str, source: Arc<dyn Source>) -> std::io::Result<()> {
     s.set_nodelay(true)?;
     let mut hello = [0u8; 6];
     tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut hello))
@@ -348,7 +354,17 @@ async fn serve_one(mut s: TcpStream, token: &str, source: &dyn Source) -> std::i
             Err(e) => return Err(e),
         }
         let id = ObjectId::from_slice(&id).expect("20 bytes");
-        let Some(p) = source.pin(id) else {
+        let pinned = if source.is_spilled(id) {
+            // Reading it back from disk must not hold up the store.
+            let source = source.clone();
+            tokio::task::spawn_blocking(move || source.pin(id))
+                .await
+                .ok()
+                .flatten()
+        } else {
+            source.pin(id)
+        };
+        let Some(p) = pinned else {
             s.write_all(&[0u8]).await?;
             continue;
         };

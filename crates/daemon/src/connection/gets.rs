@@ -9,6 +9,7 @@
 
 use super::{parse_ids, refuse, store_refusal, Connection, Refusal};
 use crate::convert;
+use crate::shared::Restore;
 use ferroplasma_protocol::pb::{self, reply};
 use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::Location;
@@ -28,9 +29,26 @@ struct PendingGet {
     request_id: u64,
     ids: Vec<ObjectId>,
     found: Vec<Option<Location>>,
+    /// Which of `ids` it waits for: those not found, for a get with a
+    /// timeout; those being brought back from the spill directory, for one
+    /// without (it waits for nothing else).
+    awaits: Vec<bool>,
+    /// Whether it waits for objects to be sealed (has a timeout).
+    waits: bool,
     deadline: Option<Instant>,
-    /// Objects not found yet.
+    /// Objects it still waits for.
     missing: usize,
+}
+
+impl PendingGet {
+    /// The objects it still waits for.
+    fn awaited(&self) -> impl Iterator<Item = &ObjectId> {
+        self.ids
+            .iter()
+            .zip(self.found.iter().zip(&self.awaits))
+            .filter(|(_, (f, a))| **a && f.is_none())
+            .map(|(id, _)| id)
+    }
 }
 
 /// The parked gets of one connection.
@@ -58,12 +76,10 @@ impl ParkedGets {
     fn park(&mut self, p: PendingGet) {
         self.next_key += 1;
         let key = self.next_key;
-        for (id, f) in p.ids.iter().zip(&p.found) {
-            if f.is_none() {
-                let waiting = self.by_object.entry(*id).or_default();
-                if waiting.last() != Some(&key) {
-                    waiting.push(key);
-                }
+        for id in p.awaited() {
+            let waiting = self.by_object.entry(*id).or_default();
+            if waiting.last() != Some(&key) {
+                waiting.push(key);
             }
         }
         if let Some(d) = p.deadline {
@@ -81,10 +97,7 @@ impl ParkedGets {
         }
         self.waiting_ids -= p.missing;
         let mut unwatched = Vec::new();
-        for (id, f) in p.ids.iter().zip(&p.found) {
-            if f.is_some() {
-                continue;
-            }
+        for id in p.awaited() {
             if let Some(keys) = self.by_object.get_mut(id) {
                 keys.retain(|k| *k != key);
                 if keys.is_empty() {
@@ -112,35 +125,45 @@ impl Connection {
         }
         let shared = self.shared.clone();
         let mut sh = shared.lock();
-        // Each object is brought back from the spill directory and pinned
-        // (referenced) before the next is: restoring one never spills another
-        // of the same batch.
+        // Spilled objects are brought back on blocking threads while the get
+        // waits; each object found is pinned (referenced) before the next is
+        // asked for, and objects being restored cannot be spilled: bringing
+        // one back never spills another of the same batch.
         let mut found: Vec<Option<Location>> = Vec::with_capacity(ids.len());
+        let mut underway = Vec::with_capacity(ids.len());
         for id in &ids {
-            let (g, restored) = shared.with_room(sh, |sh| sh.unspill(*id));
-            sh = g;
-            if let Err(e) = restored {
-                for (i, f) in ids.iter().zip(&found) {
-                    if f.is_some() {
-                        if let Ok(fx) = sh.store.release(self.client, *i) {
-                            sh.deliver(fx);
+            match sh.request_restore(&shared, *id) {
+                Ok(r) => underway.push(r == Restore::Underway),
+                Err(e) => {
+                    for (i, f) in ids.iter().zip(&found) {
+                        if f.is_some() {
+                            if let Ok(fx) = sh.store.release(self.client, *i) {
+                                sh.deliver(fx);
+                            }
                         }
                     }
+                    return Err(store_refusal(e));
                 }
-                return Err(store_refusal(e));
             }
             found.push(sh.store.get(self.client, *id));
         }
-        let missing = found.iter().filter(|f| f.is_none()).count();
+        let awaits: Vec<bool> = if waits {
+            found.iter().map(Option::is_none).collect()
+        } else {
+            underway
+        };
+        let missing = awaits.iter().filter(|a| **a).count();
         let pending = PendingGet {
             request_id: rid,
             ids,
             found,
+            awaits,
+            waits,
             deadline: (g.timeout_ms > 0)
                 .then(|| Instant::now() + Duration::from_millis(g.timeout_ms as u64)),
             missing,
         };
-        if missing == 0 || !waits {
+        if missing == 0 {
             return Ok(Some(get_reply(&pending)));
         }
         if self.gets.waiting_ids + missing > MAX_WAITING_IDS {
@@ -155,12 +178,10 @@ impl Connection {
             ));
         }
         let mut remote = Vec::new();
-        for (id, f) in pending.ids.iter().zip(&pending.found) {
-            if f.is_none() {
-                sh.store.watch(self.client, *id);
-                if !sh.store.exists(id) {
-                    remote.push(*id);
-                }
+        for id in pending.awaited() {
+            sh.store.watch(self.client, *id);
+            if !sh.store.exists(id) {
+                remote.push(*id);
             }
         }
         drop(sh);
@@ -173,21 +194,34 @@ impl Connection {
         Ok(None)
     }
 
-    /// `id` was sealed: the gets waiting for it take a reference now; those
-    /// complete are answered.
-    pub(super) fn on_sealed(&mut self, id: ObjectId) {
+    /// `id` was sealed (or, with `granted`, brought back from the spill
+    /// directory with a reference handed to this client): the gets waiting
+    /// for it take a reference now; those complete are answered.
+    pub(super) fn on_sealed(&mut self, id: ObjectId, granted: bool) {
+        let shared = self.shared.clone();
         if !self.gets.by_object.contains_key(&id) {
+            if granted {
+                self.release_granted(id);
+            }
             return;
         }
-        let shared = self.shared.clone();
-        let sh = shared.lock();
-        // Spilled between its seal and this notice: bring it back first. If
-        // that fails (no room), no later notice would come: say why now.
-        let (mut sh, restored) = shared.with_room(sh, |sh| sh.unspill(id));
-        if let Err(e) = restored {
-            drop(sh);
-            self.fail_gets(id, store_refusal(e).0);
-            return;
+        let mut sh = shared.lock();
+        if !granted {
+            // Spilled between its seal and this notice: bring it back first
+            // (and wait). If that cannot be done, no later notice would
+            // come: say why now.
+            match sh.request_restore(&shared, id) {
+                Ok(Restore::NotSpilled) => {}
+                Ok(Restore::Underway) => {
+                    sh.store.watch(self.client, id);
+                    return;
+                }
+                Err(e) => {
+                    drop(sh);
+                    self.fail_gets(id, store_refusal(e).0);
+                    return;
+                }
+            }
         }
         let keys = self.gets.by_object.remove(&id).unwrap_or_default();
         let mut still_waiting = Vec::new();
@@ -197,15 +231,26 @@ impl Connection {
                 continue;
             };
             let mut wanted = false;
-            for (i, f) in p.ids.iter().zip(p.found.iter_mut()) {
-                if *i == id && f.is_none() {
-                    *f = sh.store.get(self.client, id);
-                    if f.is_some() {
-                        p.missing -= 1;
-                        self.gets.waiting_ids -= 1;
-                    } else {
-                        wanted = true;
-                    }
+            for ((i, f), a) in p
+                .ids
+                .iter()
+                .zip(p.found.iter_mut())
+                .zip(p.awaits.iter_mut())
+            {
+                if *i != id || !*a || f.is_some() {
+                    continue;
+                }
+                *f = sh.store.get(self.client, id);
+                if f.is_some() {
+                    p.missing -= 1;
+                    self.gets.waiting_ids -= 1;
+                } else if !p.waits {
+                    // A get that does not wait answers without it.
+                    *a = false;
+                    p.missing -= 1;
+                    self.gets.waiting_ids -= 1;
+                } else {
+                    wanted = true;
                 }
             }
             if wanted {
@@ -219,9 +264,23 @@ impl Connection {
             sh.store.watch(self.client, id);
             self.gets.by_object.insert(id, still_waiting);
         }
+        if granted {
+            if let Ok(fx) = sh.store.release(self.client, id) {
+                sh.deliver(fx);
+            }
+        }
         drop(sh);
         for key in complete {
             self.answer(key);
+        }
+    }
+
+    /// Gives back the reference a restore handed over for gets that no
+    /// longer wait.
+    fn release_granted(&mut self, id: ObjectId) {
+        let mut sh = self.shared.lock();
+        if let Ok(fx) = sh.store.release(self.client, id) {
+            sh.deliver(fx);
         }
     }
 

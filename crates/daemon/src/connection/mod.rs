@@ -425,7 +425,8 @@ impl Connection {
     fn on_notice(&mut self, notice: Notice) {
         match notice {
             Notice::Event(e) => self.push_event(&e),
-            Notice::Sealed(id) => self.on_sealed(id),
+            Notice::Sealed(id) => self.on_sealed(id, false),
+            Notice::Restored(id) => self.on_sealed(id, true),
         }
     }
 }

@@ -121,11 +121,17 @@ impl Spilling {
     /// Creates and seals an object of `size` bytes (spilling others to make
     /// room), holding no reference to it.
     fn put(&self, size: u64) -> ObjectId {
+        self.put_filled(size, 0)
+    }
+
+    /// [`Spilling::put`] of an object whose bytes are all `byte`.
+    fn put_filled(&self, size: u64, byte: u8) -> ObjectId {
         let mut sh = self.shared.lock();
         let (c, _rx) = sh.register();
         let id = ObjectId::random();
         sh.spill_for(size, 0).unwrap();
-        let (_, fx) = sh.store.create(c, id, size, 0, 0).unwrap();
+        let (loc, fx) = sh.store.create(c, id, size, 0, 0).unwrap();
+        sh.arena.write(loc.offset, &vec![byte; size as usize]);
         sh.deliver(fx);
         let fx = sh.store.seal(c, id, 0).unwrap();
         sh.deliver(fx);
@@ -297,4 +303,129 @@ fn a_waiter_whose_object_cannot_come_back_is_told_why() {
         panic!("{got:?}")
     };
     assert_eq!(e.code, pb::ErrorCode::StoreFull as i32, "{e:?}");
+}
+
+/// A get of a spilled object does not read it back on the store's event
+/// loop: the get waits while a blocking thread reads the bytes (the store
+/// answers others meanwhile), and the object then arrives, byte-exact,
+/// holding exactly the get's reference. For gets with and without a
+/// timeout.
+#[test]
+fn a_spilled_object_is_read_back_off_the_event_loop() {
+    let s = Spilling::new(1 << 20);
+    let a = s.put_filled(600 << 10, 0xA5);
+    s.put(600 << 10); // spills a
+    let _rt = s.rt.enter();
+    let mut conn = s.connection();
+    let mut other = s.connection();
+    for timeout_ms in [-1, 0] {
+        assert!(s.shared.lock().store.is_spilled(&a));
+        let get = |ids: &[ObjectId]| pb::Get {
+            object_ids: pack_ids(ids),
+            timeout_ms,
+        };
+        let parked = conn.get(1, get(&[a]));
+        assert!(
+            matches!(parked, Ok(None)),
+            "answered before the bytes were read back (timeout {timeout_ms}): {:?}",
+            parked.ok()
+        );
+        // Meanwhile the store answers everyone else.
+        let absent = pb::Get {
+            object_ids: pack_ids(&[ObjectId::random()]),
+            timeout_ms: 0,
+        };
+        assert!(matches!(other.get(2, absent), Ok(Some(_))));
+        let notice = s
+            .rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(10), conn.rx.recv()).await })
+            .expect("the restore finished")
+            .expect("notice");
+        conn.on_notice(notice);
+        let got = replies(&conn);
+        let Some(reply::Body::Get(g)) = &got.last().unwrap().body else {
+            panic!("{got:?}")
+        };
+        let loc = g.results[0].location.expect("restored");
+        let mut sh = s.shared.lock();
+        assert!(sh
+            .arena
+            .bytes(loc.offset, loc.data_size)
+            .iter()
+            .all(|&x| x == 0xA5));
+        assert_eq!(sh.store.stats().referenced_objects, 1);
+        let fx = sh.store.release(conn.client, a).unwrap();
+        sh.deliver(fx);
+        assert!(sh.store.release(conn.client, a).is_err(), "one reference");
+        drop(sh);
+        conn.out.clear();
+        // Spill it again for the next round.
+        let filler = s.put(600 << 10);
+        let mut sh = s.shared.lock();
+        let fx = sh.store.delete(filler).1;
+        sh.deliver(fx);
+    }
+}
+
+/// Drives `conn`'s notices until it has answered something (or 10 s pass).
+fn answered(rt: &tokio::runtime::Runtime, conn: &mut Connection) -> Vec<pb::Reply> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while conn.out.is_empty() && std::time::Instant::now() < deadline {
+        let next = rt.block_on(async {
+            tokio::time::timeout(Duration::from_millis(100), conn.rx.recv()).await
+        });
+        if let Ok(Some(n)) = next {
+            conn.on_notice(n);
+        }
+    }
+    replies(conn)
+}
+
+/// Off the event loop too, a batched get of spilled objects that cannot all
+/// be in memory at once is answered, and two clients each restoring an
+/// object the other's restore would spill both get an answer (an object
+/// handed over by its restore is theirs before anyone can spill it again).
+#[test]
+fn restores_off_the_event_loop_never_wait_for_each_other() {
+    let s = Spilling::new(1 << 20);
+    let a = s.put(600 << 10);
+    let b = s.put(600 << 10); // spills a
+    let _rt = s.rt.enter();
+    let get = |ids: &[ObjectId]| pb::Get {
+        object_ids: pack_ids(ids),
+        timeout_ms: -1,
+    };
+    let mut conn = s.connection();
+    let first = conn.get(1, get(&[a, b]));
+    let got = match first {
+        Ok(Some(body)) => vec![body],
+        Ok(None) => answered(&s.rt, &mut conn)
+            .into_iter()
+            .filter_map(|r| r.body)
+            .collect(),
+        Err(super::Refusal(e)) => vec![reply::Body::Error(e)],
+    };
+    match &got[..] {
+        [reply::Body::Error(e)] => assert_eq!(e.code, pb::ErrorCode::StoreFull as i32, "{e:?}"),
+        other => panic!("both cannot be in memory at once: {other:?}"),
+    }
+    drop(conn);
+    assert_eq!(s.shared.lock().store.stats().referenced_objects, 0);
+    // Two clients, one object each, room for one at a time.
+    let (mut one, mut two) = (s.connection(), s.connection());
+    assert!(matches!(one.get(1, get(&[a])), Ok(None)));
+    // Whichever restore wins the room, each client is answered: with its
+    // object, or told there is no room (never left waiting).
+    let second = two.get(1, get(&[b]));
+    let r1 = answered(&s.rt, &mut one);
+    assert_eq!(r1.len(), 1, "the first client is answered: {r1:?}");
+    if let Some(reply::Body::Get(_)) = r1[0].body {
+        let mut sh = s.shared.lock();
+        let fx = sh.store.release(one.client, a).unwrap();
+        sh.deliver(fx);
+    }
+    if let Ok(None) = second {
+        let r2 = answered(&s.rt, &mut two);
+        assert_eq!(r2.len(), 1, "the second client is answered: {r2:?}");
+    }
 }
