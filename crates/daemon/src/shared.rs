@@ -39,6 +39,10 @@ pub struct Shared {
     /// In a cluster: the store client the cluster agent reads events from
     /// (it is also told of aborted creates, to release their ids).
     pub cluster_client: Option<ClientId>,
+    /// The cluster agent's queue: unbounded, because a directory update
+    /// must never be dropped (the agent sends them as fast as the owners
+    /// take them; each queued notice is a few dozen bytes).
+    agent_outbox: Option<mpsc::UnboundedSender<Notice>>,
     outboxes: HashMap<ClientId, mpsc::Sender<Notice>>,
 }
 
@@ -68,6 +72,7 @@ impl SharedRef {
             restores_waiting: Vec::new(),
             space: Arc::new(Notify::new()),
             cluster_client: None,
+            agent_outbox: None,
             outboxes: HashMap::new(),
         }));
         Self(state, Arc::new(std::sync::Condvar::new()))
@@ -126,6 +131,17 @@ impl Shared {
         let id = self.store.connect();
         let (tx, rx) = mpsc::channel(NOTICE_QUEUE);
         self.outboxes.insert(id, tx);
+        (id, rx)
+    }
+
+    /// Registers the cluster agent: a subscriber of every seal and deletion
+    /// (and told of aborted creates) whose notices are never dropped.
+    pub fn register_agent(&mut self) -> (ClientId, mpsc::UnboundedReceiver<Notice>) {
+        let id = self.store.connect();
+        self.store.subscribe(id);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.agent_outbox = Some(tx);
+        self.cluster_client = Some(id);
         (id, rx)
     }
 
@@ -341,14 +357,14 @@ impl Shared {
             Some((agent, Notice::Event(e)))
         });
         for (to, notice) in fx.notices.into_iter().chain(aborted.collect::<Vec<_>>()) {
+            if Some(to) == self.cluster_client {
+                if let Some(tx) = &self.agent_outbox {
+                    let _ = tx.send(notice);
+                }
+                continue;
+            }
             if let Some(tx) = self.outboxes.get(&to) {
                 if tx.try_send(notice).is_err() {
-                    if Some(to) == self.cluster_client {
-                        // The cluster agent is never cut off; a lost update
-                        // is repaired by the next re-registration.
-                        tracing::warn!("cluster agent behind; a directory update was dropped");
-                        continue;
-                    }
                     tracing::warn!(client = to, "notice queue full; disconnecting the client");
                     self.outboxes.remove(&to);
                 }

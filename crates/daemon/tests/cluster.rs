@@ -376,6 +376,99 @@ fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
     check(&back.client(), on_b[0], 2000, Duration::from_secs(10));
 }
 
+/// A member paused (SIGSTOP) for longer than the peer timeout and then
+/// resumed is alive again for everyone, and the objects only it holds are
+/// readable again: never lost for good while their holder lives.
+#[test]
+fn a_paused_member_comes_back_with_its_objects() {
+    let m = cluster(3);
+    let (a, c) = (m[0].client(), m[2].client());
+    let on_c: Vec<ObjectId> = (0..20).map(|_| ObjectId::random()).collect();
+    for id in &on_c {
+        put(&c, *id, 3000);
+    }
+    eventually("registered", Duration::from_secs(5), || {
+        a.contains_in(&on_c, true).unwrap().iter().all(|&p| p)
+    });
+    let pid = m[2].store.child.as_ref().unwrap().id() as i32;
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    eventually("the others see C dead", Duration::from_secs(15), || {
+        let st = a.cluster_status().unwrap();
+        st.members
+            .iter()
+            .any(|x| x.addr == m[2].addr && x.health == MemberHealth::Dead as i32)
+    });
+    // Long enough for the others to act on C's death (a wall-clock wait is
+    // the fault being injected here, not an assertion).
+    std::thread::sleep(Duration::from_secs(4));
+    signal("-CONT");
+    eventually(
+        "C is alive again for everyone",
+        Duration::from_secs(15),
+        || m.iter().all(|x| x.alive_members() == 3),
+    );
+    for id in &on_c {
+        check(&a, *id, 3000, Duration::from_secs(15));
+    }
+    // And its objects are known to be there, cluster-wide.
+    let b = m[1].client();
+    assert!(b.contains_in(&on_c, true).unwrap().iter().all(|&p| p));
+}
+
+/// A member holding 200,000 objects registers every one of them with the
+/// owners that a new member brings (about half of them: more than one
+/// directory update used to carry, so the rest was refused), and the new
+/// member finds each of them.
+#[test]
+fn a_member_with_200000_objects_registers_them_all_when_another_joins() {
+    let a = Member::start("127.0.0.1:0", &[], TOKEN);
+    let n: u64 = 200_000;
+    let id = |i: u64| {
+        let mut b = [7u8; 20];
+        b[..8].copy_from_slice(&i.to_le_bytes());
+        ObjectId(b)
+    };
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let c = a.client();
+            s.spawn(move || {
+                for i in (t..n).step_by(4) {
+                    c.put(id(i), &i.to_le_bytes(), b"").unwrap();
+                }
+            });
+        }
+    });
+    let b = Member::start("127.0.0.1:0", &[a.addr.as_str()], TOKEN);
+    eventually("B joined", Duration::from_secs(15), || {
+        b.alive_members() == 2 && a.alive_members() == 2
+    });
+    let ids: Vec<ObjectId> = (0..n).map(id).collect();
+    let bc = b.client();
+    eventually(
+        "every object is known cluster-wide from B",
+        Duration::from_secs(60),
+        || {
+            ids.chunks(20_000)
+                .all(|ch| bc.contains_in(ch, true).unwrap().iter().all(|&p| p))
+        },
+    );
+    // And a create of any of them on B is refused.
+    for i in (0..n).step_by(20_011) {
+        match bc.put(id(i), b"again", b"") {
+            Err(ClientError::ObjectExists { .. }) => {}
+            other => panic!("a second object under id {i}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_member_with_the_wrong_token_is_refused() {
     let m = cluster(2);

@@ -2,19 +2,30 @@
 //! delete events (and aborted creates), turned into `Update`s for each id's
 //! owner and backup, in order, in batches. After a membership change it
 //! re-registers everything this store holds with the (new) owners.
+//!
+//! No update is dropped: the store queues the agent's notices without
+//! bound, updates go out in pieces of at most [`MAX_OPS`] operations, and
+//! one an owner did not take is retried (exponential backoff with jitter)
+//! for as long as that owner is alive; once it is declared dead, the
+//! re-registration with the new owners covers what it missed.
 
 use super::{lock, pb, Cluster};
+use backon::{ExponentialBuilder, Retryable};
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{EventKind, Notice};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Most events folded into one round of updates.
 const BATCH: usize = 4096;
 
+/// Most operations in one `Update` (the peer service refuses more).
+pub const MAX_OPS: usize = 16_384;
+
 /// Runs until the store drops the subscription.
-pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::Receiver<Notice>) {
+pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Notice>) {
     loop {
         let first = tokio::select! {
             n = events.recv() => match n {
@@ -67,8 +78,14 @@ async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin
     for (target, ops) in ops {
         let c = cluster.clone();
         tasks.spawn(async move {
-            let r = c.update_at(&target, &c.me, ops, rejoin).await;
-            (target, r)
+            let mut refused = Vec::new();
+            for piece in ops.chunks(MAX_OPS) {
+                match deliver(&c, &target, piece, rejoin).await {
+                    Ok(ids) => refused.extend(ids),
+                    Err(e) => return (target, Err(e)),
+                }
+            }
+            (target, Ok(refused))
         });
     }
     let mut refused: Vec<ObjectId> = Vec::new();
@@ -88,6 +105,30 @@ async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin
         );
         cluster.drop_local(&refused);
     }
+}
+
+/// Sends one update to `target`, retrying while it is alive.
+async fn deliver(
+    c: &Arc<Cluster>,
+    target: &str,
+    ops: &[pb::Op],
+    rejoin: bool,
+) -> Result<Vec<ObjectId>, tonic::Status> {
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_secs(1))
+        .with_jitter()
+        .without_max_times();
+    (|| c.update_at(target, &c.me, ops.to_vec(), rejoin))
+        .retry(backoff)
+        .when(|e| {
+            let alive = target == c.me || lock(&c.membership).is_alive(target);
+            if alive {
+                tracing::debug!(member = %target, error = %e, "directory update not taken; retrying");
+            }
+            alive
+        })
+        .await
 }
 
 /// Tells the current owners of every local object (and unsealed claim)

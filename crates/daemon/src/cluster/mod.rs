@@ -197,13 +197,7 @@ impl Cluster {
             .rsplit_once(':')
             .map_or(cfg.advertise.as_str(), |(h, _)| h);
         let data_addr = format!("{host}:{bulk_port}");
-        let (agent, events) = {
-            let mut sh = shared.lock();
-            let (id, rx) = sh.register();
-            sh.store.subscribe(id);
-            sh.cluster_client = Some(id);
-            (id, rx)
-        };
+        let (agent, events) = shared.lock().register_agent();
         let mut inc = [0u8; 8];
         getrandom::fill(&mut inc).map_err(|e| {
             DaemonError::io("random incarnation", std::io::Error::other(e.to_string()))

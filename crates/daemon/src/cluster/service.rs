@@ -19,7 +19,10 @@ struct Service(Arc<Cluster>);
 /// Serves the peer protocol on `listener` until the task is dropped.
 pub async fn serve(cluster: Arc<Cluster>, listener: tokio::net::TcpListener) {
     let check = Check(cluster.token.clone());
-    let svc = PeerServer::with_interceptor(Service(cluster), check);
+    let svc = PeerServer::new(Service(cluster))
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(256 << 20);
+    let svc = tonic::service::interceptor::InterceptedService::new(svc, check);
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     if let Err(e) = tonic::transport::Server::builder()
         .add_service(svc)
@@ -107,7 +110,7 @@ impl Peer for Service {
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::UpdateReply>, Status> {
         let r = req.into_inner();
-        if r.ops.len() > MAX_IDS {
+        if r.ops.len() > super::agent::MAX_OPS.max(MAX_IDS) {
             return Err(Status::invalid_argument("too many ops in one update"));
         }
         let refused = self.0.apply_update(&r.node, &r.ops, r.rejoin);
