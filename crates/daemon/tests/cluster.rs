@@ -469,6 +469,30 @@ fn a_member_with_200000_objects_registers_them_all_when_another_joins() {
     }
 }
 
+/// A member killed right after its puts, before the directory may have
+/// heard of the seals: a get of each of its objects elsewhere answers
+/// `ObjectLost` (every holder died), never waits for a seal that cannot
+/// come, and never answers "not there" at its timeout.
+#[test]
+fn objects_of_a_member_killed_right_after_the_put_are_lost_not_awaited() {
+    let mut m = cluster(3);
+    let (a, c) = (m[0].client(), m[2].client());
+    let ids: Vec<ObjectId> = (0..40).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        put(&c, *id, 1000);
+    }
+    let mut dead = m.pop().unwrap();
+    let mut child = dead.store.child.take().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for id in &ids {
+        match a.get(&[*id], Some(Duration::from_secs(20))) {
+            Err(ClientError::ObjectLost { .. }) => {}
+            other => panic!("expected ObjectLost for {id}, got {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_member_with_the_wrong_token_is_refused() {
     let m = cluster(2);

@@ -27,6 +27,10 @@ pub struct Entry {
     pub state: State,
     /// Members holding a copy; the primary (creator) first while it has one.
     pub holders: Vec<String>,
+    /// The member that claimed the id (or first reported a primary copy):
+    /// only it may report a primary copy later, so that a member coming
+    /// back from a pause never takes over an id created again meanwhile.
+    pub creator: String,
     /// Data size, once sealed.
     pub data_size: u64,
     /// Metadata size, once sealed.
@@ -89,6 +93,7 @@ impl Directory {
                     Entry {
                         state: State::Creating { by: node.into() },
                         holders: Vec::new(),
+                        creator: node.into(),
                         data_size: 0,
                         metadata_size: 0,
                     },
@@ -106,23 +111,32 @@ impl Directory {
         }
     }
 
-    /// Applies one change reported by `node`. Returns false for a cached
-    /// copy of an id with no entry (deleted meanwhile) unless `rejoin` (a
-    /// re-registration after a membership change, when the entry may not
-    /// have arrived yet): the member should then drop its copy.
+    /// Applies one change reported by `node`. Returns false, and changes
+    /// nothing, for a copy the member should drop: a cached copy of an id
+    /// with no entry (deleted meanwhile) unless `rejoin` (a re-registration
+    /// after a membership change, when the entry may not have arrived yet),
+    /// and a primary copy of an id that another member claimed or created
+    /// (the id was lost, or its claim lapsed, while `node` was cut off, and
+    /// was taken again: one id never names two objects).
     pub fn update(&mut self, id: ObjectId, node: &str, change: Change, rejoin: bool) -> bool {
         match change {
             Change::SealedPrimary {
                 data_size,
                 metadata_size,
             } => {
+                let taken = |e: &Entry| !e.creator.is_empty() && e.creator != node;
+                if self.entries.get(&id).is_some_and(taken) {
+                    return false;
+                }
                 let e = self.entries.entry(id).or_insert_with(|| Entry {
                     state: State::Sealed,
                     holders: Vec::new(),
+                    creator: node.into(),
                     data_size,
                     metadata_size,
                 });
                 e.state = State::Sealed;
+                e.creator = node.into();
                 e.data_size = data_size;
                 e.metadata_size = metadata_size;
                 e.holders.retain(|h| h != node);
@@ -138,6 +152,7 @@ impl Directory {
                     None if rejoin => self.entries.entry(id).or_insert(Entry {
                         state: State::Sealed,
                         holders: Vec::new(),
+                        creator: String::new(),
                         data_size,
                         metadata_size,
                     }),
@@ -182,13 +197,18 @@ impl Directory {
         self.entries.remove(id)
     }
 
-    /// A member died: its claims are void, its copies gone; objects with no
-    /// copy left become [`State::Lost`]. Returns how many were lost.
+    /// A member died: its copies are gone; objects with no copy left become
+    /// [`State::Lost`], and so do its claims (it may have sealed the object
+    /// and died before the directory heard: a get of it then answers
+    /// `ObjectLost` instead of waiting for a seal that will never come; the
+    /// id may be created again). Returns how many were lost.
     pub fn member_died(&mut self, node: &str) -> usize {
         let mut lost = 0;
         self.entries.retain(|_, e| {
             if e.state == (State::Creating { by: node.into() }) {
-                return false;
+                e.state = State::Lost;
+                lost += 1;
+                return true;
             }
             let held = e.holders.len();
             e.holders.retain(|h| h != node);
@@ -272,10 +292,12 @@ mod tests {
         d.update(shared, "a", PRIMARY, false);
         d.update(shared, "b", CACHED, false);
         d.claim(claimed, "a");
-        assert_eq!(d.member_died("a"), 1);
+        assert_eq!(d.member_died("a"), 2);
         assert_eq!(d.lookup(&solo).unwrap().state, State::Lost);
         assert_eq!(d.lookup(&shared).unwrap().holders, ["b"]);
-        assert!(d.lookup(&claimed).is_none());
+        // Its claim too: it may have sealed before the directory heard.
+        assert_eq!(d.lookup(&claimed).unwrap().state, State::Lost);
+        assert!(d.claim(claimed, "b"), "and the id may be taken again");
         // A lost id may be created again; a returning member revives it.
         assert!(d.claim(solo, "c"));
         let lost2 = ObjectId::random();
@@ -283,6 +305,39 @@ mod tests {
         d.member_died("a");
         d.update(lost2, "a", PRIMARY, true);
         assert_eq!(d.lookup(&lost2).unwrap().state, State::Sealed);
+    }
+
+    #[test]
+    fn a_primary_copy_never_takes_an_id_another_member_claimed_or_created() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        // "a" created it, was cut off and declared dead; "b" took the id.
+        d.claim(id, "a");
+        d.update(id, "a", PRIMARY, false);
+        d.member_died("a");
+        assert!(d.claim(id, "b"));
+        // "a" comes back and re-registers its copy: refused, while "b"
+        // creates, and once "b" sealed.
+        assert!(!d.update(id, "a", PRIMARY, true));
+        assert_eq!(
+            d.lookup(&id).unwrap().state,
+            State::Creating { by: "b".into() }
+        );
+        assert!(d.update(id, "b", PRIMARY, false));
+        assert!(!d.update(id, "a", PRIMARY, true));
+        assert_eq!(d.lookup(&id).unwrap().holders, ["b"]);
+        // A cached copy registered first (a new owner) leaves the creator
+        // unknown: the primary is taken.
+        let other = ObjectId::random();
+        assert!(d.update(other, "c", CACHED, true));
+        assert!(d.update(other, "a", PRIMARY, true));
+        assert_eq!(d.lookup(&other).unwrap().holders, ["a", "c"]);
+        // Its own object, lost while it was away, it gets back.
+        let mine = ObjectId::random();
+        d.claim(mine, "a");
+        d.member_died("a");
+        assert!(d.update(mine, "a", PRIMARY, true));
+        assert_eq!(d.lookup(&mine).unwrap().state, State::Sealed);
     }
 
     #[test]

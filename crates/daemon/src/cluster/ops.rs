@@ -84,10 +84,31 @@ impl Cluster {
                 None => None,
             }
         });
-        match (owner, backup) {
-            (Ok(g), _) => Ok(g),
-            (Err(_), Some(Ok(g))) => Ok(g),
-            (Err(e), _) => Err(unavailable("claiming the id", &e)),
+        let answers = [Some(&owner), backup.as_ref()].map(|a| match a {
+            Some(Ok(true)) => Answer::Granted,
+            Some(Ok(false)) => Answer::Refused,
+            _ => Answer::Silent,
+        });
+        let (granted, undo) = claim_verdict(answers);
+        for (i, target) in t.iter().take(2).enumerate() {
+            if undo[i] {
+                // The other refused: take back this grant, or the id stays
+                // reserved there for an object that is never created.
+                let op = pb::Op {
+                    kind: pb::OpKind::Dropped as i32,
+                    object_id: id.0.to_vec(),
+                    data_size: 0,
+                    metadata_size: 0,
+                };
+                if let Err(e) = self.update_at(target, &self.me, vec![op], false).await {
+                    tracing::debug!(member = %target, error = %e, "could not take back a claim");
+                }
+            }
+        }
+        match (granted, owner) {
+            (Some(g), _) => Ok(g),
+            (None, Err(e)) => Err(unavailable("claiming the id", &e)),
+            (None, Ok(_)) => Ok(false), // not reached: an answer from the owner decides
         }
     }
 
@@ -400,5 +421,52 @@ impl Cluster {
             }));
         }
         out
+    }
+}
+
+/// One directory member's answer to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Granted,
+    Refused,
+    /// Unreachable (or no backup).
+    Silent,
+}
+
+/// Combines the owner's and the backup's answers to a claim: refused if
+/// either refused (one id never names two objects), granted if one granted
+/// and the other did not refuse, `None` if neither answered. The second
+/// value says where a grant must be taken back (the other side refused).
+fn claim_verdict(answers: [Answer; 2]) -> (Option<bool>, [bool; 2]) {
+    if answers.contains(&Answer::Refused) {
+        (Some(false), answers.map(|a| a == Answer::Granted))
+    } else if answers.contains(&Answer::Granted) {
+        (Some(true), [false; 2])
+    } else {
+        (None, [false; 2])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{claim_verdict, Answer::*};
+
+    #[test]
+    fn a_claim_is_granted_only_when_no_directory_member_refuses() {
+        assert_eq!(claim_verdict([Granted, Granted]), (Some(true), [false; 2]));
+        assert_eq!(claim_verdict([Granted, Silent]), (Some(true), [false; 2]));
+        assert_eq!(claim_verdict([Silent, Granted]), (Some(true), [false; 2]));
+        // The owner's grant no longer wins over the backup's refusal, and
+        // the backup's grant is taken back when the owner refuses.
+        assert_eq!(
+            claim_verdict([Granted, Refused]),
+            (Some(false), [true, false])
+        );
+        assert_eq!(
+            claim_verdict([Refused, Granted]),
+            (Some(false), [false, true])
+        );
+        assert_eq!(claim_verdict([Refused, Silent]), (Some(false), [false; 2]));
+        assert_eq!(claim_verdict([Silent, Silent]), (None, [false; 2]));
     }
 }
