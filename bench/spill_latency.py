@@ -22,7 +22,6 @@ import numpy as np
 
 import ferroplasma as fp
 
-
 PHASES = ("idle", "spilling", "restoring")
 
 

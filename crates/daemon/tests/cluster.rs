@@ -671,6 +671,59 @@ fn bulk_connections_without_the_token_get_nothing() {
     check(&m[1].client(), id, 1000, Duration::from_secs(10));
 }
 
+/// A puller that asks for an object and then stops reading (a paused or
+/// wedged member) does not keep it pinned: the holder gives up after the
+/// peer timeout and the object can be deleted. A connection that never
+/// finishes its hello is dropped too.
+#[test]
+fn a_puller_that_stops_reading_does_not_pin_the_object() {
+    use std::io::Write;
+    let m = cluster(2);
+    let a = m[0].client();
+    let id = ObjectId::random();
+    put(&a, id, 32 << 20);
+    let st = m[1].client().cluster_status().unwrap();
+    let data = st
+        .members
+        .iter()
+        .find(|x| x.addr == m[0].addr)
+        .unwrap()
+        .data_addr
+        .clone();
+    let mut hello = b"FPB1".to_vec();
+    hello.extend_from_slice(&(TOKEN.len() as u16).to_le_bytes());
+    let mut half = std::net::TcpStream::connect(&data).unwrap();
+    half.write_all(&hello).unwrap(); // and never the token
+    let mut s = std::net::TcpStream::connect(&data).unwrap();
+    hello.extend_from_slice(TOKEN.as_bytes());
+    s.write_all(&hello).unwrap();
+    s.write_all(id.as_bytes()).unwrap();
+    // Never read: 32 MiB do not fit the socket buffers, so the holder's
+    // write blocks with the object pinned.
+    eventually(
+        "the holder pins it for the send",
+        Duration::from_secs(10),
+        || {
+            a.list()
+                .unwrap()
+                .iter()
+                .any(|o| o.id == id && o.ref_count > 0)
+        },
+    );
+    eventually(
+        "the holder gives up on the stalled puller and unpins it",
+        Duration::from_secs(30),
+        || {
+            a.list()
+                .unwrap()
+                .iter()
+                .all(|o| o.id != id || o.ref_count == 0)
+        },
+    );
+    assert_eq!(a.delete(&[id]).unwrap(), vec![DeleteStatus::Deleted]);
+    drop((s, half));
+}
+
 #[test]
 fn the_cluster_commands_show_members_and_copies() {
     let m = cluster(2);

@@ -10,7 +10,7 @@
 //! re-registration with the new owners covers what it missed.
 
 use super::{lock, pb, Cluster};
-use backon::{ExponentialBuilder, Retryable};
+use backon::Retryable;
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{EventKind, Notice};
 use std::collections::BTreeMap;
@@ -114,11 +114,7 @@ async fn deliver(
     ops: &[pb::Op],
     rejoin: bool,
 ) -> Result<Vec<ObjectId>, tonic::Status> {
-    let backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(20))
-        .with_max_delay(Duration::from_secs(1))
-        .with_jitter()
-        .without_max_times();
+    let backoff = super::retry::builder(Duration::from_millis(20), Duration::from_secs(1));
     (|| c.update_at(target, &c.me, ops.to_vec(), rejoin))
         .retry(backoff)
         .when(|e| {

@@ -21,8 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Pause before retrying when no holder could be reached.
+/// Least time a lookup must have waited before it is repeated at once.
 const RETRY: Duration = Duration::from_millis(100);
+
+/// Pauses between retries of one fetch: exponential from 10 ms to 1 s, with
+/// jitter.
+fn backoff() -> impl Iterator<Item = Duration> {
+    super::retry::backoff(Duration::from_millis(10), Duration::from_secs(1))
+}
 
 impl Cluster {
     /// Makes sure `id` is being fetched for a get waiting until `deadline`
@@ -76,6 +82,8 @@ impl Cluster {
     /// Fetches until done; `Ok` also when it gave up quietly (the gets
     /// time out on their own).
     async fn fetch(self: &Arc<Self>, id: ObjectId) -> Result<(), wire::Error> {
+        let mut pauses = backoff();
+        let mut pause = move || tokio::time::sleep(pauses.next().unwrap_or(RETRY));
         loop {
             let Ok(deadline) = self.fetch_deadline(&id) else {
                 return Ok(());
@@ -91,7 +99,7 @@ impl Cluster {
                 Ok(e) => e,
                 Err(e) => {
                     tracing::debug!(%id, error = %e.message, "lookup failed; retrying");
-                    tokio::time::sleep(RETRY).await;
+                    pause().await;
                     continue;
                 }
             };
@@ -102,7 +110,7 @@ impl Cluster {
                     // Not sealed anywhere yet: the lookup waited for it. Do
                     // not spin if it came back early.
                     if started.elapsed() < RETRY {
-                        tokio::time::sleep(RETRY).await;
+                        pause().await;
                     }
                     continue;
                 }
@@ -132,7 +140,7 @@ impl Cluster {
                 if all_dead && !entry.holders.is_empty() {
                     return Err(self.lost(id, &entry.holders));
                 }
-                tokio::time::sleep(RETRY).await;
+                pause().await;
                 continue;
             }
             // Start at a different holder each time, to spread the load.
@@ -163,7 +171,7 @@ impl Cluster {
                     }
                 }
             }
-            tokio::time::sleep(RETRY).await;
+            pause().await;
         }
     }
 

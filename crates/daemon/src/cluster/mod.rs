@@ -11,6 +11,7 @@
 //!   re-registers everything held after a membership change.
 //! - `fetch` — remote gets: look up, pull into a local allocation, seal.
 //! - [`transport`] — the bulk transport interface and its TCP implementation.
+//! - `retry` — pauses between retries (exponential, jittered).
 //! - `token` — the shared secret on every gRPC call and bulk connection.
 //! - `peers` — gRPC channels to other members, token and deadlines attached.
 //! - `ops` — cluster-wide claim, update, lookup, contains, delete and list,
@@ -27,6 +28,7 @@ mod heartbeat;
 pub mod membership;
 mod ops;
 mod peers;
+mod retry;
 pub mod ring;
 mod service;
 mod token;
@@ -232,6 +234,7 @@ impl Cluster {
             bulk,
             token,
             Arc::new(fetch::StoreSource(cluster.clone())),
+            cfg.peer_timeout,
         ));
         tokio::spawn(agent::run(cluster.clone(), events));
         tokio::spawn(heartbeat::run(cluster.clone()));

@@ -310,14 +310,21 @@ impl Transport for TcpTransport {
     }
 }
 
-/// Serves pulls on `listener` until the task is dropped.
-pub async fn serve_tcp(listener: TcpListener, token: Arc<str>, source: Arc<dyn Source>) {
+/// Serves pulls on `listener` until the task is dropped. A puller that
+/// sends nothing (hello, token) or reads nothing for `stall` is dropped,
+/// and the object being sent to it unpinned.
+pub async fn serve_tcp(
+    listener: TcpListener,
+    token: Arc<str>,
+    source: Arc<dyn Source>,
+    stall: Duration,
+) {
     loop {
         match listener.accept().await {
             Ok((s, from)) => {
                 let (token, source) = (token.clone(), source.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = serve_one(s, &token, source).await {
+                    if let Err(e) = serve_one(s, &token, source, stall).await {
                         tracing::debug!(%from, error = %e, "bulk connection ended");
                     }
                 });
@@ -330,18 +337,26 @@ pub async fn serve_tcp(listener: TcpListener, token: Arc<str>, source: Arc<dyn S
     }
 }
 
-async fn serve_one(mut s: TcpStream, token: &str, source: Arc<dyn Source>) -> std::io::Result<()> {
+async fn serve_one(
+    mut s: TcpStream,
+    token: &str,
+    source: Arc<dyn Source>,
+    stall: Duration,
+) -> std::io::Result<()> {
     s.set_nodelay(true)?;
-    let mut hello = [0u8; 6];
-    tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut hello))
-        .await
-        .map_err(|_| std::io::Error::other("no hello within 10 s"))??;
-    if &hello[..4] != MAGIC {
-        return Err(std::io::Error::other("not a ferroplasma bulk connection"));
-    }
-    let len = u16::from_le_bytes([hello[4], hello[5]]) as usize;
-    let mut presented = vec![0u8; len];
-    s.read_exact(&mut presented).await?;
+    let presented = tokio::time::timeout(stall, async {
+        let mut hello = [0u8; 6];
+        s.read_exact(&mut hello).await?;
+        if &hello[..4] != MAGIC {
+            return Err(std::io::Error::other("not a ferroplasma bulk connection"));
+        }
+        let len = u16::from_le_bytes([hello[4], hello[5]]) as usize;
+        let mut presented = vec![0u8; len];
+        s.read_exact(&mut presented).await?;
+        Ok(presented)
+    })
+    .await
+    .map_err(|_| std::io::Error::other(format!("no hello and token within {stall:?}")))??;
     if !super::token::same(&presented, token.as_bytes()) {
         tracing::warn!(peer = ?s.peer_addr().ok(), "bulk connection refused: wrong cluster token");
         return Err(std::io::Error::other("wrong cluster token"));
@@ -374,19 +389,30 @@ async fn serve_one(mut s: TcpStream, token: &str, source: Arc<dyn Source>) -> st
         head.extend_from_slice(&p.metadata_size.to_le_bytes());
         head.extend_from_slice(p.arena.bytes(p.metadata_offset, p.metadata_size));
         let data = p.arena.bytes(p.offset, p.data_size);
-        write_all_vectored(&mut s, &head, data).await?;
+        write_all_vectored(&mut s, &head, data, stall).await?;
         source.served(p.data_size);
         drop(p);
     }
 }
 
-/// Writes `head` then `data` with as few `writev` calls as the socket takes.
-async fn write_all_vectored(s: &mut TcpStream, head: &[u8], data: &[u8]) -> std::io::Result<()> {
+/// Writes `head` then `data` with as few `writev` calls as the socket
+/// takes; fails when the other side takes nothing for `stall`.
+async fn write_all_vectored(
+    s: &mut TcpStream,
+    head: &[u8],
+    data: &[u8],
+    stall: Duration,
+) -> std::io::Result<()> {
     let (mut h, mut d) = (head, data);
-    while !h.is_empty() {
-        let n = s
-            .write_vectored(&[IoSlice::new(h), IoSlice::new(d)])
-            .await?;
+    while !h.is_empty() || !d.is_empty() {
+        let n = tokio::time::timeout(stall, s.write_vectored(&[IoSlice::new(h), IoSlice::new(d)]))
+            .await
+            .map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the puller read nothing for {stall:?}"),
+                )
+            })??;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
@@ -397,5 +423,5 @@ async fn write_all_vectored(s: &mut TcpStream, head: &[u8], data: &[u8]) -> std:
             h = &h[n..];
         }
     }
-    s.write_all(d).await
+    Ok(())
 }
