@@ -52,7 +52,7 @@ impl Cluster {
         );
         drop(inflight);
         let c = self.clone();
-        tokio::spawn(async move {
+        self.rt.spawn(async move {
             let outcome = c.fetch(id).await;
             let waiters = lock(&c.inflight).remove(&id).map(|f| f.waiters);
             if let (Err(error), Some(ws)) = (outcome, waiters) {

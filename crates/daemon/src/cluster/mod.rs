@@ -34,6 +34,9 @@ mod service;
 mod token;
 pub mod transport;
 
+#[cfg(test)]
+mod thread_tests;
+
 /// Generated gRPC code for `proto/ferroplasma/cluster/v1/cluster.proto`.
 #[allow(missing_docs, clippy::all, missing_debug_implementations)]
 pub mod pb {
@@ -155,6 +158,9 @@ pub struct Cluster {
     inflight: Mutex<HashMap<ObjectId, Inflight>>,
     peers: peers::Peers,
     transport: Box<dyn Transport>,
+    /// The cluster's own runtime (on its own thread): every cluster task
+    /// runs there.
+    rt: tokio::runtime::Handle,
     /// Counters.
     pub counters: Counters,
 }
@@ -165,14 +171,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Cluster {
     /// Binds the gRPC and bulk listeners, registers the cluster's store
-    /// client and starts the service, heartbeat and agent tasks.
+    /// client and starts the service, heartbeat and agent tasks on the
+    /// cluster's own thread: nothing the store's thread does (a long
+    /// batched get, a list of every object, a restore) can hold up
+    /// heartbeats or the answers other members wait for.
     pub async fn start(
         mut cfg: ClusterConfig,
         shared: SharedRef,
     ) -> Result<Arc<Self>, DaemonError> {
-        let grpc = tokio::net::TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|e| DaemonError::io(format!("binding --cluster-listen {}", cfg.listen), e))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| DaemonError::io("starting the cluster's runtime", e))?;
+        let handle = rt.handle().clone();
+        std::thread::Builder::new()
+            .name("fp-cluster".into())
+            .spawn(move || rt.block_on(std::future::pending::<()>()))
+            .map_err(|e| DaemonError::io("starting the cluster's thread", e))?;
+        // Sockets belong to the runtime they are registered with: the
+        // cluster's.
+        let _in_cluster_rt = handle.enter();
+        let bind = |addr: SocketAddr, what: String| {
+            std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .and_then(tokio::net::TcpListener::from_std)
+                .map_err(|e| DaemonError::io(what, e))
+        };
+        let grpc = bind(
+            cfg.listen,
+            format!("binding --cluster-listen {}", cfg.listen),
+        )?;
         // `--cluster-listen HOST:0`: the system picks the port, and the
         // member advertises the one it got (tests use this: no port is
         // chosen, freed and bound again, with a race in between).
@@ -185,11 +213,10 @@ impl Cluster {
                 cfg.advertise = format!("{host}:{port}");
             }
         }
-        let bulk = tokio::net::TcpListener::bind(cfg.data_listen)
-            .await
-            .map_err(|e| {
-                DaemonError::io(format!("binding the data port {}", cfg.data_listen), e)
-            })?;
+        let bulk = bind(
+            cfg.data_listen,
+            format!("binding the data port {}", cfg.data_listen),
+        )?;
         let bulk_port = bulk
             .local_addr()
             .map_err(|e| DaemonError::io("data port address", e))?
@@ -222,22 +249,23 @@ impl Cluster {
             rejoin: Notify::new(),
             cached: Mutex::new(HashSet::new()),
             inflight: Mutex::new(HashMap::new()),
-            peers: peers::Peers::new(&token, cfg.peer_timeout)?,
+            peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
+            rt: handle.clone(),
             transport: Box::new(transport::TcpTransport::new(
                 token.clone(),
                 cfg.peer_timeout,
             )),
             counters: Counters::default(),
         });
-        tokio::spawn(service::serve(cluster.clone(), grpc));
-        tokio::spawn(transport::serve_tcp(
+        handle.spawn(service::serve(cluster.clone(), grpc));
+        handle.spawn(transport::serve_tcp(
             bulk,
             token,
             Arc::new(fetch::StoreSource(cluster.clone())),
             cfg.peer_timeout,
         ));
-        tokio::spawn(agent::run(cluster.clone(), events));
-        tokio::spawn(heartbeat::run(cluster.clone()));
+        handle.spawn(agent::run(cluster.clone(), events));
+        handle.spawn(heartbeat::run(cluster.clone()));
         tracing::info!(
             me = %cluster.me, data = %cluster.data_addr, peers = ?cfg.peers,
             heartbeat_ms = cfg.heartbeat.as_millis() as u64,

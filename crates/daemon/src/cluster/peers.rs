@@ -20,12 +20,19 @@ pub struct Peers {
     attach: Attach,
     timeout: Duration,
     channels: Mutex<HashMap<String, Client>>,
+    /// The cluster's runtime: channels run their connections there, so a
+    /// busy store thread never stalls a heartbeat.
+    rt: tokio::runtime::Handle,
 }
 
 impl Peers {
     /// Calls carry `token` and give up after `timeout` (lookups that wait
     /// get their wait on top).
-    pub fn new(token: &str, timeout: Duration) -> Result<Self, DaemonError> {
+    pub fn new(
+        token: &str,
+        timeout: Duration,
+        rt: tokio::runtime::Handle,
+    ) -> Result<Self, DaemonError> {
         let value = token.parse().map_err(|_| {
             DaemonError::BadConfig("--cluster-token must be printable ASCII".into())
         })?;
@@ -33,6 +40,7 @@ impl Peers {
             attach: Attach(value),
             timeout,
             channels: Mutex::new(HashMap::new()),
+            rt,
         })
     }
 
@@ -47,7 +55,11 @@ impl Peers {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(self.timeout)
             .keep_alive_timeout(self.timeout);
-        let c = PeerClient::with_interceptor(ep.connect_lazy(), self.attach.clone())
+        let channel = {
+            let _in_cluster_rt = self.rt.enter();
+            ep.connect_lazy()
+        };
+        let c = PeerClient::with_interceptor(channel, self.attach.clone())
             .max_decoding_message_size(256 << 20)
             .max_encoding_message_size(256 << 20);
         lock(&self.channels).insert(addr.to_string(), c.clone());

@@ -1,0 +1,69 @@
+//! The cluster runs on its own thread: a store thread that is busy (here:
+//! never driven again after start) does not stop heartbeats.
+
+use super::{lock, Cluster, ClusterConfig};
+use crate::arena::Arena;
+use crate::shared::SharedRef;
+use ferroplasma_store::Store;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PEER_TIMEOUT: Duration = Duration::from_millis(600);
+
+fn member(rt: &tokio::runtime::Runtime, peers: Vec<String>) -> Arc<Cluster> {
+    let arena = Arena::create(1 << 20, None, false).expect("arena");
+    let shared = SharedRef::new(Store::new(1 << 20), arena, None);
+    let cfg = ClusterConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        advertise: "127.0.0.1:0".into(),
+        data_listen: "127.0.0.1:0".parse().unwrap(),
+        peers,
+        token: "thread-test".into(),
+        heartbeat: Duration::from_millis(100),
+        peer_timeout: PEER_TIMEOUT,
+    };
+    rt.block_on(Cluster::start(cfg, shared)).expect("cluster")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_busy_store_thread_does_not_stop_heartbeats() {
+    // B's store thread runs normally.
+    let rt_b = runtime();
+    let b = member(&rt_b, vec![]);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let driver = std::thread::spawn(move || {
+        let _ = rt_b.block_on(stopped);
+    });
+    // A's store thread is never driven again after the start: as if it
+    // were busy for good (a long batched get, a list of every object).
+    let rt_a = runtime();
+    let a = member(&rt_a, vec![b.me().to_string()]);
+    let alive = || lock(&b.membership).is_alive(a.me());
+    let t = Instant::now();
+    while !alive() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "B never heard from A"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // And B keeps hearing from it, three peer timeouts long.
+    let t = Instant::now();
+    while t.elapsed() < 3 * PEER_TIMEOUT {
+        assert!(
+            alive(),
+            "A was declared dead while its store thread was busy"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = stop.send(());
+    driver.join().unwrap();
+    drop(rt_a);
+}
