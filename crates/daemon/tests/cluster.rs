@@ -390,16 +390,7 @@ fn a_paused_member_comes_back_with_its_objects() {
     eventually("registered", Duration::from_secs(5), || {
         a.contains_in(&on_c, true).unwrap().iter().all(|&p| p)
     });
-    let pid = m[2].store.child.as_ref().unwrap().id() as i32;
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    };
-    signal("-STOP");
+    signal(&m[2], "-STOP");
     eventually("the others see C dead", Duration::from_secs(15), || {
         let st = a.cluster_status().unwrap();
         st.members
@@ -409,7 +400,7 @@ fn a_paused_member_comes_back_with_its_objects() {
     // Long enough for the others to act on C's death (a wall-clock wait is
     // the fault being injected here, not an assertion).
     std::thread::sleep(Duration::from_secs(4));
-    signal("-CONT");
+    signal(&m[2], "-CONT");
     eventually(
         "C is alive again for everyone",
         Duration::from_secs(15),
@@ -490,6 +481,66 @@ fn objects_of_a_member_killed_right_after_the_put_are_lost_not_awaited() {
             Err(ClientError::ObjectLost { .. }) => {}
             other => panic!("expected ObjectLost for {id}, got {other:?}"),
         }
+    }
+}
+
+fn signal(m: &Member, sig: &str) {
+    let pid = m.store.child.as_ref().unwrap().id().to_string();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+fn copies(c: &Client, id: ObjectId) -> usize {
+    c.list_in(true)
+        .unwrap()
+        .iter()
+        .filter(|o| o.id == id)
+        .count()
+}
+
+/// A delete while a member holding a copy does not answer (paused) is
+/// honest: it says `Deferred`, and the copy goes once the member is back,
+/// whether it was declared dead meanwhile or not.
+#[test]
+fn a_delete_while_a_holder_is_paused_completes_when_it_returns() {
+    let m = cluster(3);
+    let (a, b) = (m[0].client(), m[1].client());
+    for declared_dead in [true, false] {
+        let id = ObjectId::random();
+        put(&a, id, 5000);
+        check(&b, id, 5000, Duration::from_secs(10)); // B pulls a copy
+        eventually("both copies registered", Duration::from_secs(10), || {
+            copies(&a, id) == 2
+        });
+        signal(&m[1], "-STOP");
+        if declared_dead {
+            eventually("A sees B dead", Duration::from_secs(15), || {
+                a.cluster_status()
+                    .unwrap()
+                    .members
+                    .iter()
+                    .any(|x| x.addr == m[1].addr && x.health == MemberHealth::Dead as i32)
+            });
+        }
+        let status = a.delete(&[id]).unwrap();
+        signal(&m[1], "-CONT");
+        assert_eq!(
+            status,
+            vec![DeleteStatus::Deferred],
+            "B's copy was not dropped yet"
+        );
+        eventually("B dropped its copy", Duration::from_secs(20), || {
+            !b.list().unwrap().iter().any(|o| o.id == id)
+        });
+        eventually("B is back", Duration::from_secs(15), || {
+            m.iter().all(|x| x.alive_members() == 3)
+        });
+        assert!(!a.contains_in(&[id], true).unwrap()[0]);
+        assert!(!b.contains_in(&[id], true).unwrap()[0]);
     }
 }
 

@@ -18,6 +18,10 @@ pub enum State {
     Sealed,
     /// Sealed once; every member that held a copy died.
     Lost,
+    /// Deleted while members that may still hold a copy (`stale`) could not
+    /// drop it: kept so that their copies are refused when they report
+    /// them, until each reports its copy dropped (or restarts).
+    Deleted,
 }
 
 /// One directory entry.
@@ -31,6 +35,13 @@ pub struct Entry {
     /// only it may report a primary copy later, so that a member coming
     /// back from a pause never takes over an id created again meanwhile.
     pub creator: String,
+    /// Members that held a copy of this object and were declared dead: one
+    /// that comes back (it was only paused or cut off) holds it again.
+    pub away: Vec<String>,
+    /// Members that may still hold a copy of an earlier object under this
+    /// id (deleted, or lost and created again): their copies are refused,
+    /// and they are forgotten once they report the copy dropped.
+    pub stale: Vec<String>,
     /// Data size, once sealed.
     pub data_size: u64,
     /// Metadata size, once sealed.
@@ -83,32 +94,32 @@ impl Directory {
     /// Reserves `id` for an object `node` is about to create. Refused when
     /// another member is creating it or any member holds a sealed copy.
     pub fn claim(&mut self, id: ObjectId, node: &str) -> bool {
-        match self.entries.get(&id) {
-            None
-            | Some(Entry {
-                state: State::Lost, ..
-            }) => {
-                self.entries.insert(
-                    id,
-                    Entry {
-                        state: State::Creating { by: node.into() },
-                        holders: Vec::new(),
-                        creator: node.into(),
-                        data_size: 0,
-                        metadata_size: 0,
-                    },
-                );
-                true
-            }
-            Some(Entry {
-                state: State::Creating { by },
-                ..
-            }) => by == node,
-            Some(Entry {
-                state: State::Sealed,
-                ..
-            }) => false,
+        let mut stale = Vec::new();
+        match self.entries.get_mut(&id) {
+            None => {}
+            Some(e) => match &e.state {
+                State::Lost | State::Deleted => {
+                    // Created again: what was left of the old object is stale.
+                    stale = std::mem::take(&mut e.stale);
+                    stale.append(&mut e.away);
+                }
+                State::Creating { by } => return by == node,
+                State::Sealed => return false,
+            },
         }
+        self.entries.insert(
+            id,
+            Entry {
+                state: State::Creating { by: node.into() },
+                holders: Vec::new(),
+                creator: node.into(),
+                away: Vec::new(),
+                stale,
+                data_size: 0,
+                metadata_size: 0,
+            },
+        );
+        true
     }
 
     /// Applies one change reported by `node`. Returns false, and changes
@@ -119,28 +130,31 @@ impl Directory {
     /// (the id was lost, or its claim lapsed, while `node` was cut off, and
     /// was taken again: one id never names two objects).
     pub fn update(&mut self, id: ObjectId, node: &str, change: Change, rejoin: bool) -> bool {
+        let refused = |e: &Entry| e.state == State::Deleted || e.stale.iter().any(|h| h == node);
         match change {
             Change::SealedPrimary {
                 data_size,
                 metadata_size,
             } => {
                 let taken = |e: &Entry| !e.creator.is_empty() && e.creator != node;
-                if self.entries.get(&id).is_some_and(taken) {
+                if self
+                    .entries
+                    .get(&id)
+                    .is_some_and(|e| refused(e) || taken(e))
+                {
                     return false;
                 }
-                let e = self.entries.entry(id).or_insert_with(|| Entry {
-                    state: State::Sealed,
-                    holders: Vec::new(),
-                    creator: node.into(),
-                    data_size,
-                    metadata_size,
-                });
+                let e = self
+                    .entries
+                    .entry(id)
+                    .or_insert_with(|| Entry::sealed(data_size, metadata_size));
                 e.state = State::Sealed;
                 e.creator = node.into();
                 e.data_size = data_size;
                 e.metadata_size = metadata_size;
                 e.holders.retain(|h| h != node);
                 e.holders.insert(0, node.into());
+                e.away.retain(|h| h != node);
                 true
             }
             Change::SealedCached {
@@ -149,23 +163,21 @@ impl Directory {
             } => {
                 let e = match self.entries.get_mut(&id) {
                     Some(e) => e,
-                    None if rejoin => self.entries.entry(id).or_insert(Entry {
-                        state: State::Sealed,
-                        holders: Vec::new(),
-                        creator: String::new(),
-                        data_size,
-                        metadata_size,
-                    }),
+                    None if rejoin => self
+                        .entries
+                        .entry(id)
+                        .or_insert(Entry::sealed(data_size, metadata_size)),
                     None => return false,
                 };
-                if matches!(e.state, State::Creating { .. }) {
-                    // The id was lost and is being created again: this copy is stale.
+                if refused(e) || matches!(e.state, State::Creating { .. }) {
+                    // Deleted, or lost and being created again: this copy is stale.
                     return false;
                 }
                 e.state = State::Sealed;
                 if !e.holders.iter().any(|h| h == node) {
                     e.holders.push(node.into());
                 }
+                e.away.retain(|h| h != node);
                 true
             }
             Change::Dropped => {
@@ -174,12 +186,20 @@ impl Directory {
                 };
                 let held = e.holders.len();
                 e.holders.retain(|h| h != node);
-                let remove = match &e.state {
-                    State::Creating { by } => by == node,
-                    State::Sealed => held != e.holders.len() && e.holders.is_empty(),
-                    State::Lost => false,
-                };
-                if remove {
+                e.away.retain(|h| h != node);
+                e.stale.retain(|h| h != node);
+                let aborted = e.state == State::Creating { by: node.into() };
+                if aborted || (e.state == State::Sealed && held > 0 && e.holders.is_empty()) {
+                    if !e.away.is_empty() && !aborted {
+                        // Evicted everywhere but on members that may return.
+                        e.state = State::Lost;
+                    } else if !e.stale.is_empty() || !e.away.is_empty() {
+                        e.stale.append(&mut e.away);
+                        e.state = State::Deleted;
+                    } else {
+                        self.entries.remove(&id);
+                    }
+                } else if e.state == State::Deleted && e.stale.is_empty() {
                     self.entries.remove(&id);
                 }
                 true
@@ -192,9 +212,28 @@ impl Directory {
         self.entries.get(id)
     }
 
-    /// Removes the entry of a deleted object; returns it.
+    /// Deletes the entry of an object; returns it, with the members that
+    /// were away (they may hold a copy) among its holders. When some member
+    /// may still hold a copy, a [`State::Deleted`] entry stays behind, so
+    /// that the copy is refused when reported, until each such member has
+    /// reported dropping it.
     pub fn forget(&mut self, id: &ObjectId) -> Option<Entry> {
-        self.entries.remove(id)
+        let mut e = self.entries.remove(id)?;
+        let mut pending: Vec<String> = e.holders.clone();
+        pending.extend(e.away.iter().cloned());
+        let mut stale = e.stale.clone();
+        stale.extend(pending.iter().cloned());
+        stale.sort();
+        stale.dedup();
+        if !stale.is_empty() {
+            let mut tomb = Entry::sealed(0, 0);
+            tomb.state = State::Deleted;
+            tomb.creator = e.creator.clone();
+            tomb.stale = stale;
+            self.entries.insert(*id, tomb);
+        }
+        e.holders = pending;
+        Some(e)
     }
 
     /// A member died: its copies are gone; objects with no copy left become
@@ -204,21 +243,50 @@ impl Directory {
     /// id may be created again). Returns how many were lost.
     pub fn member_died(&mut self, node: &str) -> usize {
         let mut lost = 0;
-        self.entries.retain(|_, e| {
+        for e in self.entries.values_mut() {
             if e.state == (State::Creating { by: node.into() }) {
                 e.state = State::Lost;
                 lost += 1;
-                return true;
+                continue;
             }
             let held = e.holders.len();
             e.holders.retain(|h| h != node);
+            if held != e.holders.len() && !e.away.iter().any(|h| h == node) {
+                e.away.push(node.into());
+            }
             if e.state == State::Sealed && e.holders.is_empty() && held > 0 {
                 e.state = State::Lost;
                 lost += 1;
             }
-            true
+        }
+        lost
+    }
+
+    /// A member came back as a new incarnation: it holds nothing of what
+    /// it held before. Its claims are void, its old copies gone for good;
+    /// entries kept only for it go.
+    pub fn member_restarted(&mut self, node: &str) -> usize {
+        let lost = self.member_died(node);
+        self.entries.retain(|_, e| {
+            e.away.retain(|h| h != node);
+            e.stale.retain(|h| h != node);
+            !(e.state == State::Deleted && e.stale.is_empty())
         });
         lost
+    }
+}
+
+impl Entry {
+    fn sealed(data_size: u64, metadata_size: u64) -> Self {
+        Entry {
+            state: State::Sealed,
+            holders: Vec::new(),
+            creator: String::new(),
+            away: Vec::new(),
+            stale: Vec::new(),
+            data_size,
+            metadata_size,
+        }
     }
 }
 
@@ -341,13 +409,79 @@ mod tests {
     }
 
     #[test]
-    fn forget_returns_the_holders() {
+    fn a_deletion_stays_until_every_holder_dropped_its_copy() {
         let mut d = Directory::new();
         let id = ObjectId::random();
         d.update(id, "a", PRIMARY, false);
         d.update(id, "b", CACHED, false);
         assert_eq!(d.forget(&id).unwrap().holders, ["a", "b"]);
-        assert!(d.forget(&id).is_none());
+        // Until they report the copies dropped, a report of one is refused.
+        assert_eq!(d.lookup(&id).unwrap().state, State::Deleted);
+        assert!(!d.update(id, "b", CACHED, true));
+        d.update(id, "a", Change::Dropped, false);
+        d.update(id, "b", Change::Dropped, false);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_member_away_during_a_delete_drops_its_copy_when_it_returns() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        d.update(id, "a", PRIMARY, false);
+        d.update(id, "b", CACHED, false);
+        d.member_died("b");
+        assert_eq!(d.lookup(&id).unwrap().holders, ["a"]);
+        // Deleted while b was away: b is among the holders the delete is
+        // told of, and its copy is refused when it comes back.
+        assert_eq!(d.forget(&id).unwrap().holders, ["a", "b"]);
+        d.update(id, "a", Change::Dropped, false);
+        assert!(
+            !d.update(id, "b", CACHED, true),
+            "a deleted object stays deleted"
+        );
+        d.update(id, "b", Change::Dropped, true);
+        assert!(d.is_empty());
+        // A member away that returns to an object still there holds it again.
+        let kept = ObjectId::random();
+        d.update(kept, "a", PRIMARY, false);
+        d.update(kept, "b", CACHED, false);
+        d.member_died("a");
+        assert!(d.update(kept, "a", PRIMARY, true));
+        assert_eq!(d.lookup(&kept).unwrap().holders, ["a", "b"]);
+        // One that restarted holds nothing: the deletion is complete.
+        let gone = ObjectId::random();
+        d.update(gone, "c", PRIMARY, false);
+        d.member_died("c");
+        d.forget(&gone);
+        assert_eq!(d.lookup(&gone).unwrap().state, State::Deleted);
+        d.member_restarted("c");
+        assert!(d.lookup(&gone).is_none());
+    }
+
+    #[test]
+    fn stale_copies_never_join_an_object_created_again() {
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        d.update(id, "a", PRIMARY, false);
+        d.update(id, "b", CACHED, false);
+        d.member_died("b");
+        d.forget(&id);
+        d.update(id, "a", Change::Dropped, false);
+        // Created again (by c) while b still holds the old bytes.
+        assert!(d.claim(id, "c"));
+        d.update(id, "c", PRIMARY, false);
+        assert!(
+            !d.update(id, "b", CACHED, true),
+            "b's copy is of the old object"
+        );
+        assert_eq!(d.lookup(&id).unwrap().holders, ["c"]);
+        d.update(id, "b", Change::Dropped, false);
+        assert!(d.lookup(&id).unwrap().stale.is_empty());
+        // The same after a loss: the lost object's holder is refused too.
+        let lost = ObjectId::random();
+        d.update(lost, "a", PRIMARY, false);
+        d.member_died("a");
+        assert!(d.claim(lost, "c"));
+        assert!(!d.update(lost, "a", PRIMARY, true));
     }
 }

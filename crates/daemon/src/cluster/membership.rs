@@ -52,6 +52,9 @@ pub struct Changes {
     pub joined: Vec<String>,
     /// Members declared dead (or restarted: their old copies are gone).
     pub died: Vec<String>,
+    /// Members heard from with a new incarnation: they hold nothing of
+    /// what they held before.
+    pub restarted: Vec<String>,
 }
 
 impl Changes {
@@ -112,6 +115,9 @@ impl Membership {
                 let restarted = m.info.incarnation != 0 && m.info.incarnation != info.incarnation;
                 if restarted && m.health == Health::Alive {
                     ch.died.push(addr.clone());
+                }
+                if restarted {
+                    ch.restarted.push(addr.clone());
                 }
                 if m.health != Health::Alive || restarted {
                     ch.joined.push(addr.clone());

@@ -328,6 +328,9 @@ impl Cluster {
             }
             tracing::warn!(member = %d, objects_lost = lost, "cluster member is gone");
         }
+        for r in &ch.restarted {
+            lock(&self.directory).member_restarted(r);
+        }
         for j in &ch.joined {
             tracing::info!(member = %j, "cluster member joined");
         }

@@ -8,6 +8,7 @@ use ferroplasma_protocol::pb as wire;
 use ferroplasma_protocol::{pack_ids, unpack_ids, ObjectId};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The longest a single directory lookup waits on the owner; longer waits
@@ -29,11 +30,14 @@ fn unavailable(what: &str, e: &tonic::Status) -> wire::Error {
 pub fn entry_pb(e: Option<&Entry>) -> pb::Entry {
     match e {
         None => pb::Entry::default(),
+        // Deleted: reads as absent (a get waits for a new object).
+        Some(e) if e.state == State::Deleted => pb::Entry::default(),
         Some(e) => pb::Entry {
             state: match e.state {
                 State::Creating { .. } => pb::EntryState::Creating,
                 State::Sealed => pb::EntryState::Sealed,
                 State::Lost => pb::EntryState::Lost,
+                State::Deleted => pb::EntryState::Absent,
             } as i32,
             holders: e.holders.clone(),
             data_size: e.data_size,
@@ -258,7 +262,7 @@ impl Cluster {
 
     /// Deletes every copy of each id, everywhere (each deferred while
     /// referenced where it lies). Returns a `DeleteStatus` per id.
-    pub async fn delete(&self, ids: Vec<ObjectId>) -> Result<Vec<i32>, wire::Error> {
+    pub async fn delete(self: &Arc<Self>, ids: Vec<ObjectId>) -> Result<Vec<i32>, wire::Error> {
         use wire::DeleteStatus as S;
         let mut status: Vec<i32> = self.drop_local(&ids);
         let mut by_target: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -305,31 +309,71 @@ impl Cluster {
             }
         }
         self.directory_changed.notify_waiters();
-        // Drop the copies on the other holders.
+        // Drop the copies on the other holders. One that cannot be reached
+        // makes the delete pending (`Deferred`): a live one is asked again
+        // (backoff) until it answers or is declared dead; one that is dead
+        // drops its copy when it returns, since the directory refuses it.
         for (h, idx) in holders {
-            if !lock(&self.membership).is_alive(&h) {
-                continue;
-            }
-            let msg = pb::DropCopiesRequest {
-                object_ids: pack_ids(&idx.iter().map(|&i| ids[i]).collect::<Vec<_>>()),
+            let gone: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
+            let answered = if lock(&self.membership).is_alive(&h) {
+                self.drop_copies_at(&h, &gone).await
+            } else {
+                Err(tonic::Status::unavailable("declared dead"))
             };
-            let r = async {
-                let mut c = self.peers.get(&h)?;
-                c.drop_copies(self.peers.request(msg, Duration::ZERO)).await
-            }
-            .await;
-            match r {
-                Ok(r) => {
-                    for (i, s) in idx.into_iter().zip(r.into_inner().status) {
+            match answered {
+                Ok(st) => {
+                    for (i, s) in idx.into_iter().zip(st) {
                         if s == S::Deferred as i32 || status[i] == S::NotFound as i32 {
                             status[i] = s;
                         }
                     }
                 }
-                Err(e) => tracing::warn!(member = %h, error = %e, "delete: could not drop a copy"),
+                Err(e) => {
+                    tracing::info!(member = %h, error = %e, objects = gone.len(),
+                        "delete pending: a member holding copies did not answer");
+                    for i in idx {
+                        status[i] = S::Deferred as i32;
+                    }
+                    self.keep_dropping(h, gone);
+                }
             }
         }
         Ok(status)
+    }
+
+    /// Asks `member` to drop its copies of `ids`; a `DeleteStatus` each.
+    async fn drop_copies_at(
+        &self,
+        member: &str,
+        ids: &[ObjectId],
+    ) -> Result<Vec<i32>, tonic::Status> {
+        let msg = pb::DropCopiesRequest {
+            object_ids: pack_ids(ids),
+        };
+        let mut c = self.peers.get(member)?;
+        let r = c
+            .drop_copies(self.peers.request(msg, Duration::ZERO))
+            .await?;
+        Ok(r.into_inner().status)
+    }
+
+    /// Goes on asking a live `member` to drop its copies of deleted objects
+    /// (on the cluster's thread) until it answers or is declared dead.
+    fn keep_dropping(self: &Arc<Self>, member: String, ids: Vec<ObjectId>) {
+        use backon::Retryable;
+        let c = self.clone();
+        self.rt.spawn(async move {
+            let backoff = super::retry::builder(Duration::from_millis(50), Duration::from_secs(2));
+            let r = (|| c.drop_copies_at(&member, &ids))
+                .retry(backoff)
+                .when(|_| lock(&c.membership).is_alive(&member))
+                .await;
+            match r {
+                Ok(_) => tracing::info!(%member, objects = ids.len(), "pending delete completed"),
+                Err(_) => tracing::info!(%member, objects = ids.len(),
+                    "member declared dead; it drops the deleted copies when it returns"),
+            }
+        });
     }
 
     /// Removes this member's directory entries of deleted objects; returns
