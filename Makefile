@@ -7,7 +7,7 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress clean
+.PHONY: help build wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -72,6 +72,14 @@ lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff, _native.pyi 
 fmt: $(VENV)/.deps ## Format the code
 	$(CARGO) fmt --all
 	$(VENV)/bin/ruff format python bench
+
+# The cluster's fault-injection test, long: SEED and MINUTES pick the run
+# (the same seed replays the same faults and operations). As root, members
+# run in network namespaces and the nemesis also cuts links.
+SEED ?= 1
+MINUTES ?= 10
+chaos: ## Fault injection on a 3-member cluster (kills, pauses, link cuts) with an invariant checker: make chaos SEED=7 MINUTES=10
+	FP_CHAOS_SEED=$(SEED) FP_CHAOS_SECONDS=$$(( $(MINUTES) * 60 )) $(CARGO) test --release -p ferroplasma-daemon --test nemesis -- --nocapture
 
 # The reliability tests at 20x their CI size; they print their counts.
 stress: ## Fuzz, kill, stress and hostile-input tests, 20x longer than in make test

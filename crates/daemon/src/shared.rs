@@ -43,6 +43,10 @@ pub struct Shared {
     /// must never be dropped (the agent sends them as fast as the owners
     /// take them; each queued notice is a few dozen bytes).
     agent_outbox: Option<mpsc::UnboundedSender<Notice>>,
+    /// Per id, the notices queued for the cluster agent that it has not
+    /// sent to the directory yet: a new claim of the id waits for them, so
+    /// that the late news of an old copy never cancels it.
+    pub agent_pending: HashMap<ObjectId, u32, ferroplasma_protocol::IdHasher>,
     outboxes: HashMap<ClientId, mpsc::Sender<Notice>>,
 }
 
@@ -73,6 +77,7 @@ impl SharedRef {
             space: Arc::new(Notify::new()),
             cluster_client: None,
             agent_outbox: None,
+            agent_pending: HashMap::default(),
             outboxes: HashMap::new(),
         }));
         Self(state, Arc::new(std::sync::Condvar::new()))
@@ -346,19 +351,22 @@ impl Shared {
                 dir.remove(*seg);
             }
         }
-        let aborted = fx.aborted.into_iter().filter_map(|id| {
-            let agent = self.cluster_client?;
-            let e = ferroplasma_store::Event {
-                kind: ferroplasma_store::EventKind::Deleted,
-                id,
-                data_size: 0,
-                metadata_size: 0,
-            };
-            Some((agent, Notice::Event(e)))
-        });
-        for (to, notice) in fx.notices.into_iter().chain(aborted.collect::<Vec<_>>()) {
+        let aborted: Vec<(ClientId, Notice)> = match self.cluster_client {
+            Some(agent) => fx
+                .aborted
+                .into_iter()
+                .map(|id| (agent, Notice::Aborted(id)))
+                .collect(),
+            None => Vec::new(),
+        };
+        for (to, notice) in fx.notices.into_iter().chain(aborted) {
             if Some(to) == self.cluster_client {
                 if let Some(tx) = &self.agent_outbox {
+                    if let Notice::Event(ferroplasma_store::Event { id, .. })
+                    | Notice::Aborted(id) = notice
+                    {
+                        *self.agent_pending.entry(id).or_insert(0) += 1;
+                    }
                     let _ = tx.send(notice);
                 }
                 continue;

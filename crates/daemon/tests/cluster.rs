@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{content, TestStore};
+use common::{content, Namespaces, TestStore};
 use ferroplasma_client::{Client, ClientError, DeleteStatus, MemberHealth, ObjectId};
 use std::time::{Duration, Instant};
 
@@ -585,63 +585,6 @@ fn bad_cluster_flags_are_refused_with_a_clear_error() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("--advertise"));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Three network namespaces on one bridge (removed on drop), when this
-/// machine allows it (root, iproute2); `None` otherwise.
-struct Namespaces {
-    names: Vec<String>,
-    bridge: String,
-}
-
-impl Namespaces {
-    fn create(n: usize) -> Option<Self> {
-        let tag = std::process::id() % 100_000;
-        let bridge = format!("fpbr{tag}");
-        let names: Vec<String> = (0..n).map(|i| format!("fp-t{tag}-{i}")).collect();
-        let net = Namespaces { names, bridge };
-        let subnet = 10 + tag % 200;
-        let mut script = format!(
-            "ip link add {b} type bridge && ip link set {b} up",
-            b = net.bridge
-        );
-        for (i, ns) in net.names.iter().enumerate() {
-            script += &format!(
-                " && ip netns add {ns} && ip link add fpv{tag}{i} type veth peer name fpi{tag}{i} \
-                 && ip link set fpi{tag}{i} netns {ns} && ip link set fpv{tag}{i} master {b} \
-                 && ip link set fpv{tag}{i} up && ip -n {ns} addr add 10.233.{subnet}.{h}/24 dev fpi{tag}{i} \
-                 && ip -n {ns} link set fpi{tag}{i} up && ip -n {ns} link set lo up",
-                b = net.bridge,
-                h = i + 1
-            );
-        }
-        let ok = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            return None; // net's Drop cleans up what was made
-        }
-        Some(net)
-    }
-
-    fn addr(&self, i: usize) -> String {
-        let tag = std::process::id() % 100_000;
-        format!("10.233.{}.{}:7400", 10 + tag % 200, i + 1)
-    }
-}
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        let mut script = format!("ip link del {} 2>/dev/null;", self.bridge);
-        for ns in &self.names {
-            script += &format!(" ip netns del {ns} 2>/dev/null;");
-        }
-        let _ = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .status();
-    }
 }
 
 #[test]

@@ -14,6 +14,9 @@ pub enum Notice {
     Restored(ObjectId),
     /// A subscription event.
     Event(Event),
+    /// An unsealed object was discarded (for the cluster agent, which
+    /// releases its id).
+    Aborted(ObjectId),
 }
 
 /// What one operation asks the daemon to do: notices to deliver, in order,

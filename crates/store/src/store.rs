@@ -565,6 +565,15 @@ impl Store {
         Ok((location, s.at, fx))
     }
 
+    /// When `id` was sealed (µs since the epoch), in memory or spilled.
+    pub fn sealed_at_us(&self, id: &ObjectId) -> Option<i64> {
+        if let Some(e) = self.objects.get(id) {
+            return e.seal_time_us;
+        }
+        let s = self.spill.as_ref()?.objects.get(id)?;
+        s.construct_us.map(|c| s.create_time_us + c)
+    }
+
     /// Whether `id` is being brought back from the spill directory.
     pub fn is_restoring(&self, id: &ObjectId) -> bool {
         self.objects.get(id).is_some_and(|e| e.restoring)

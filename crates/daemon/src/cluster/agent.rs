@@ -45,29 +45,56 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
             }
         }
         let mut ops: BTreeMap<String, Vec<pb::Op>> = BTreeMap::new();
+        let mut ids = Vec::with_capacity(batch.len());
         for n in batch {
-            let Notice::Event(e) = n else { continue };
-            let kind = match e.kind {
-                EventKind::Sealed if lock(&cluster.cached).contains(&e.id) => {
-                    pb::OpKind::SealedCached
+            let (kind, id, data_size, metadata_size) = match n {
+                Notice::Event(e) => {
+                    let kind = match e.kind {
+                        EventKind::Sealed if lock(&cluster.cached).contains(&e.id) => {
+                            pb::OpKind::SealedCached
+                        }
+                        EventKind::Sealed => pb::OpKind::SealedPrimary,
+                        EventKind::Deleted => {
+                            lock(&cluster.cached).remove(&e.id);
+                            pb::OpKind::Dropped
+                        }
+                    };
+                    (kind, e.id, e.data_size, e.metadata_size)
                 }
-                EventKind::Sealed => pb::OpKind::SealedPrimary,
-                EventKind::Deleted => {
-                    lock(&cluster.cached).remove(&e.id);
-                    pb::OpKind::Dropped
-                }
+                Notice::Aborted(id) => (pb::OpKind::Aborted, id, 0, 0),
+                Notice::Sealed(_) | Notice::Restored(_) => continue,
+            };
+            ids.push(id);
+            let version = if kind == pb::OpKind::SealedPrimary {
+                sealed_at(&cluster, &id)
+            } else {
+                0
             };
             let op = pb::Op {
                 kind: kind as i32,
-                object_id: e.id.0.to_vec(),
-                data_size: e.data_size,
-                metadata_size: e.metadata_size,
+                object_id: id.0.to_vec(),
+                data_size,
+                metadata_size,
+                version,
             };
-            for t in cluster.targets(&e.id) {
+            for t in cluster.targets(&id) {
                 ops.entry(t).or_default().push(op.clone());
             }
         }
         send(&cluster, ops, false).await;
+        // Sent (or their owner died): claims of these ids may go on.
+        {
+            let mut sh = cluster.shared.lock();
+            for id in ids {
+                if let Some(n) = sh.agent_pending.get_mut(&id) {
+                    *n -= 1;
+                    if *n == 0 {
+                        sh.agent_pending.remove(&id);
+                    }
+                }
+            }
+        }
+        cluster.updates_sent.notify_waiters();
     }
 }
 
@@ -105,6 +132,13 @@ async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin
         );
         cluster.drop_local(&refused);
     }
+}
+
+/// When the local object `id` was sealed (µs since the epoch; 0 if gone):
+/// the version of a primary copy.
+fn sealed_at(cluster: &Cluster, id: &ObjectId) -> u64 {
+    let sh = cluster.shared.lock();
+    sh.store.sealed_at_us(id).map_or(0, |t| t.max(0) as u64)
 }
 
 /// Sends one update to `target`, retrying while it is alive.
@@ -147,11 +181,13 @@ async fn reregister(cluster: &Arc<Cluster>) {
                 _ if cached.contains(&o.id) => pb::OpKind::SealedCached,
                 _ => pb::OpKind::SealedPrimary,
             };
+            let sealed = o.create_time_us + o.construct_duration_us.unwrap_or(0);
             let op = pb::Op {
                 kind: kind as i32,
                 object_id: o.id.0.to_vec(),
                 data_size: o.location.data_size,
                 metadata_size: o.location.metadata_size,
+                version: sealed.max(0) as u64,
             };
             for t in cluster.targets(&o.id) {
                 ops.entry(t).or_default().push(op.clone());
@@ -160,7 +196,7 @@ async fn reregister(cluster: &Arc<Cluster>) {
     }
     tracing::debug!(objects = list.len(), "re-registering with the directory");
     for id in claims {
-        if let Err(e) = cluster.claim(id).await {
+        if let Err(e) = cluster.claim_unordered(id).await {
             tracing::debug!(%id, error = %e.message, "re-claim failed");
         }
     }

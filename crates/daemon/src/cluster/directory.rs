@@ -42,6 +42,9 @@ pub struct Entry {
     /// id (deleted, or lost and created again): their copies are refused,
     /// and they are forgotten once they report the copy dropped.
     pub stale: Vec<String>,
+    /// When the primary copy was sealed (µs since the epoch; 0 unknown):
+    /// of two primaries reported under one id, the later wins.
+    pub version: u64,
     /// Data size, once sealed.
     pub data_size: u64,
     /// Metadata size, once sealed.
@@ -57,6 +60,8 @@ pub enum Change {
         data_size: u64,
         /// Metadata size.
         metadata_size: u64,
+        /// When it was sealed (µs since the epoch).
+        version: u64,
     },
     /// A member pulled a cached copy.
     SealedCached {
@@ -65,8 +70,10 @@ pub enum Change {
         /// Metadata size.
         metadata_size: u64,
     },
-    /// The member's copy, or its unsealed claim, is gone.
+    /// The member's sealed copy is gone.
     Dropped,
+    /// The member's unsealed claim is gone (create aborted).
+    Aborted,
 }
 
 /// The entries this member keeps.
@@ -107,6 +114,9 @@ impl Directory {
                 State::Sealed => return false,
             },
         }
+        // The claimer has no copy of an older object under this id (its
+        // store refused the create otherwise).
+        stale.retain(|h| h != node);
         self.entries.insert(
             id,
             Entry {
@@ -115,6 +125,7 @@ impl Directory {
                 creator: node.into(),
                 away: Vec::new(),
                 stale,
+                version: 0,
                 data_size: 0,
                 metadata_size: 0,
             },
@@ -135,14 +146,28 @@ impl Directory {
             Change::SealedPrimary {
                 data_size,
                 metadata_size,
+                version,
             } => {
-                let taken = |e: &Entry| !e.creator.is_empty() && e.creator != node;
-                if self
-                    .entries
-                    .get(&id)
-                    .is_some_and(|e| refused(e) || taken(e))
-                {
-                    return false;
+                if let Some(e) = self.entries.get_mut(&id) {
+                    let other = !e.creator.is_empty() && e.creator != node;
+                    let refuse = match &e.state {
+                        // Someone's claim is in progress.
+                        State::Creating { by } => by != node,
+                        // The deleted object itself (or an older one).
+                        State::Deleted => version <= e.version,
+                        // Another member's object, sealed no earlier.
+                        State::Sealed | State::Lost => other && version <= e.version,
+                    };
+                    if refuse {
+                        return false;
+                    }
+                    if other && e.state != State::Deleted {
+                        // A later object replaces one lost meanwhile: what
+                        // is left of that one is stale.
+                        let old: Vec<String> =
+                            e.holders.drain(..).chain(e.away.drain(..)).collect();
+                        e.stale.extend(old);
+                    }
                 }
                 let e = self
                     .entries
@@ -150,11 +175,13 @@ impl Directory {
                     .or_insert_with(|| Entry::sealed(data_size, metadata_size));
                 e.state = State::Sealed;
                 e.creator = node.into();
+                e.version = version;
                 e.data_size = data_size;
                 e.metadata_size = metadata_size;
                 e.holders.retain(|h| h != node);
                 e.holders.insert(0, node.into());
                 e.away.retain(|h| h != node);
+                e.stale.retain(|h| h != node);
                 true
             }
             Change::SealedCached {
@@ -180,21 +207,30 @@ impl Directory {
                 e.away.retain(|h| h != node);
                 true
             }
-            Change::Dropped => {
+            Change::Dropped | Change::Aborted => {
                 let Some(e) = self.entries.get_mut(&id) else {
                     return true;
                 };
+                let claimed = e.state == State::Creating { by: node.into() };
+                if change == Change::Aborted {
+                    if claimed {
+                        if e.stale.is_empty() {
+                            self.entries.remove(&id);
+                        } else {
+                            e.state = State::Deleted;
+                        }
+                    }
+                    return true;
+                }
                 let held = e.holders.len();
                 e.holders.retain(|h| h != node);
                 e.away.retain(|h| h != node);
                 e.stale.retain(|h| h != node);
-                let aborted = e.state == State::Creating { by: node.into() };
-                if aborted || (e.state == State::Sealed && held > 0 && e.holders.is_empty()) {
-                    if !e.away.is_empty() && !aborted {
+                if e.state == State::Sealed && held > 0 && e.holders.is_empty() {
+                    if !e.away.is_empty() {
                         // Evicted everywhere but on members that may return.
                         e.state = State::Lost;
-                    } else if !e.stale.is_empty() || !e.away.is_empty() {
-                        e.stale.append(&mut e.away);
+                    } else if !e.stale.is_empty() {
                         e.state = State::Deleted;
                     } else {
                         self.entries.remove(&id);
@@ -229,6 +265,7 @@ impl Directory {
             let mut tomb = Entry::sealed(0, 0);
             tomb.state = State::Deleted;
             tomb.creator = e.creator.clone();
+            tomb.version = e.version;
             tomb.stale = stale;
             self.entries.insert(*id, tomb);
         }
@@ -262,6 +299,22 @@ impl Directory {
         lost
     }
 
+    /// Keeps only the entries of ids `keep` says this member still owns or
+    /// backs up (after a ring change): entries it no longer answers for
+    /// would be out of date when ownership comes back, and the holders
+    /// re-register with the new owners anyway. Returns how many went.
+    pub fn retain_owned(&mut self, mut keep: impl FnMut(&ObjectId) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|id, _| keep(id));
+        before - self.entries.len()
+    }
+
+    /// Forgets every entry (this member was cut off or paused: what it
+    /// knew is out of date; the holders re-register).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     /// A member came back as a new incarnation: it holds nothing of what
     /// it held before. Its claims are void, its old copies gone for good;
     /// entries kept only for it go.
@@ -284,6 +337,7 @@ impl Entry {
             creator: String::new(),
             away: Vec::new(),
             stale: Vec::new(),
+            version: 0,
             data_size,
             metadata_size,
         }
@@ -297,6 +351,7 @@ mod tests {
     const PRIMARY: Change = Change::SealedPrimary {
         data_size: 10,
         metadata_size: 2,
+        version: 100,
     };
     const CACHED: Change = Change::SealedCached {
         data_size: 10,
@@ -320,9 +375,11 @@ mod tests {
         let mut d = Directory::new();
         let id = ObjectId::random();
         assert!(d.claim(id, "a"));
-        d.update(id, "b", Change::Dropped, false);
-        assert!(!d.claim(id, "b"), "only the claimer's drop counts");
+        d.update(id, "b", Change::Aborted, false);
+        assert!(!d.claim(id, "b"), "only the claimer's abort counts");
         d.update(id, "a", Change::Dropped, false);
+        assert!(!d.claim(id, "b"), "news of an old copy dropped is no abort");
+        d.update(id, "a", Change::Aborted, false);
         assert!(d.claim(id, "b"));
     }
 
@@ -456,6 +513,55 @@ mod tests {
         assert_eq!(d.lookup(&gone).unwrap().state, State::Deleted);
         d.member_restarted("c");
         assert!(d.lookup(&gone).is_none());
+    }
+
+    fn primary(version: u64) -> Change {
+        Change::SealedPrimary {
+            data_size: 10,
+            metadata_size: 2,
+            version,
+        }
+    }
+
+    #[test]
+    fn of_two_primaries_reported_to_a_new_owner_the_later_one_wins() {
+        // "a" sealed at 100, was away, its object lost and created again by
+        // "b" at 200; both re-register with an owner that knows neither.
+        for a_first in [true, false] {
+            let mut d = Directory::new();
+            let id = ObjectId::random();
+            if a_first {
+                assert!(d.update(id, "a", primary(100), true));
+                assert!(d.update(id, "c", CACHED, true));
+                assert!(
+                    d.update(id, "b", primary(200), true),
+                    "the later object wins"
+                );
+                assert!(
+                    !d.update(id, "c", CACHED, true),
+                    "c's copy is of the old object"
+                );
+            } else {
+                assert!(d.update(id, "b", primary(200), true));
+            }
+            assert!(
+                !d.update(id, "a", primary(100), true),
+                "the earlier one is refused"
+            );
+            let e = d.lookup(&id).unwrap();
+            assert_eq!(
+                (e.creator.as_str(), e.holders.clone()),
+                ("b", vec!["b".to_string()])
+            );
+        }
+        // A deleted object reported again is refused; a later one is not.
+        let mut d = Directory::new();
+        let id = ObjectId::random();
+        d.update(id, "a", primary(100), false);
+        d.update(id, "x", CACHED, false);
+        d.forget(&id);
+        assert!(!d.update(id, "a", primary(100), true));
+        assert!(d.update(id, "b", primary(300), true));
     }
 
     #[test]

@@ -155,8 +155,7 @@ impl Cluster {
                         let op = pb::Op {
                             kind: pb::OpKind::Dropped as i32,
                             object_id: id.0.to_vec(),
-                            data_size: 0,
-                            metadata_size: 0,
+                            ..Default::default()
                         };
                         for t in self.targets(&id) {
                             let ops = vec![op.clone()];

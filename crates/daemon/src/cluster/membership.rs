@@ -188,6 +188,31 @@ impl Membership {
                 .is_some_and(|m| m.health == Health::Alive)
     }
 
+    /// Whether this member sees a strict majority of the members ever heard
+    /// from (itself included) alive: only then may ids be claimed, so that
+    /// the two sides of a network partition never both create one id.
+    pub fn has_quorum(&self) -> bool {
+        let heard = self
+            .members
+            .values()
+            .filter(|m| m.health != Health::Unknown && m.health != Health::Refused)
+            .count()
+            + 1;
+        let alive = self
+            .members
+            .values()
+            .filter(|m| m.health == Health::Alive)
+            .count()
+            + 1;
+        2 * alive > heard
+    }
+
+    /// Whether some member is known by name only (never heard from, never
+    /// declared dead): the ring may still be missing it.
+    pub fn has_unknown(&self) -> bool {
+        self.members.values().any(|m| m.health == Health::Unknown)
+    }
+
     /// Every other member's address (to heartbeat and gossip).
     pub fn known(&self) -> Vec<String> {
         self.members.keys().cloned().collect()

@@ -153,6 +153,13 @@ pub struct Cluster {
     directory_changed: Notify,
     /// Woken when the live members changed (the agent re-registers).
     rejoin: Notify,
+    /// Woken when the agent has sent a batch of updates.
+    updates_sent: Notify,
+    /// When this member started, and the peer timeout: until every member
+    /// named at start has answered or that long has passed, this member
+    /// does not know the ring and grants no claim.
+    started: std::time::Instant,
+    peer_timeout: Duration,
     /// Local objects that are cached copies pulled from elsewhere.
     cached: Mutex<HashSet<ObjectId>>,
     inflight: Mutex<HashMap<ObjectId, Inflight>>,
@@ -247,6 +254,9 @@ impl Cluster {
             directory: Mutex::new(Directory::new()),
             directory_changed: Notify::new(),
             rejoin: Notify::new(),
+            updates_sent: Notify::new(),
+            started: std::time::Instant::now(),
+            peer_timeout: cfg.peer_timeout,
             cached: Mutex::new(HashSet::new()),
             inflight: Mutex::new(HashMap::new()),
             peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
@@ -273,6 +283,12 @@ impl Cluster {
             "cluster member ready"
         );
         Ok(cluster)
+    }
+
+    /// Whether this member knows the ring: every member named to it has
+    /// answered, or the peer timeout has passed since it started.
+    fn settled(&self) -> bool {
+        self.started.elapsed() > self.peer_timeout || !lock(&self.membership).has_unknown()
     }
 
     /// This member's name (its advertised cluster address).
@@ -335,7 +351,23 @@ impl Cluster {
             tracing::info!(member = %j, "cluster member joined");
         }
         let alive = lock(&self.membership).alive();
-        *lock(&self.ring) = Ring::new(alive);
+        let ring = Ring::new(alive.clone());
+        if alive.len() == 1 && !ch.died.is_empty() {
+            // Everyone else died at once: this member was most likely cut off
+            // or paused. What its directory says is out of date by the time
+            // it is back; the holders re-register then.
+            lock(&self.directory).clear();
+        } else {
+            let me = self.me.as_str();
+            let dropped = lock(&self.directory).retain_owned(|id| ring.owners(id, 2).contains(&me));
+            if dropped > 0 {
+                tracing::debug!(
+                    entries = dropped,
+                    "directory entries handed over to their new owners"
+                );
+            }
+        }
+        *lock(&self.ring) = ring;
         self.directory_changed.notify_waiters();
         self.rejoin.notify_one();
     }

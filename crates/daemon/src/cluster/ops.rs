@@ -53,12 +53,14 @@ pub fn change_of(op: &pb::Op) -> Option<Change> {
         pb::OpKind::SealedPrimary => Some(Change::SealedPrimary {
             data_size,
             metadata_size,
+            version: op.version,
         }),
         pb::OpKind::SealedCached => Some(Change::SealedCached {
             data_size,
             metadata_size,
         }),
         pb::OpKind::Dropped => Some(Change::Dropped),
+        pb::OpKind::Aborted => Some(Change::Aborted),
         pb::OpKind::Unspecified => None,
     }
 }
@@ -80,6 +82,42 @@ impl Cluster {
     /// Reserves `id` cluster-wide for an object this member creates: false
     /// when it is being created or sealed elsewhere.
     pub async fn claim(&self, id: ObjectId) -> Result<bool, wire::Error> {
+        // News of this id still on its way to the directory (an old copy
+        // dropped, a create aborted) goes first: arriving after the claim,
+        // it would cancel it. (Bounded: an owner that takes no update is
+        // declared dead within the peer timeout, and the agent moves on.)
+        // A member that has just started does not know the ring yet: alone
+        // in it, it would grant itself any id.
+        while !self.settled() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !lock(&self.membership).has_quorum() {
+            return Err(wire_error(
+                wire::ErrorCode::ClusterUnavailable,
+                "this member sees no majority of the cluster alive (it may be cut off): \
+                 new ids cannot be claimed until it does; retry shortly"
+                    .into(),
+                Some(id),
+            ));
+        }
+        let give_up = tokio::time::Instant::now() + 2 * self.peers.timeout();
+        loop {
+            let sent = self.updates_sent.notified();
+            tokio::pin!(sent);
+            sent.as_mut().enable();
+            if !self.shared.lock().agent_pending.contains_key(&id)
+                || tokio::time::Instant::now() >= give_up
+            {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), sent).await;
+        }
+        self.claim_unordered(id).await
+    }
+
+    /// [`Cluster::claim`] without waiting for this id's news to be sent:
+    /// for the agent itself, re-claiming what it creates after a ring change.
+    pub(super) async fn claim_unordered(&self, id: ObjectId) -> Result<bool, wire::Error> {
         self.counters.claims.fetch_add(1, Ordering::Relaxed);
         let t = self.targets(&id);
         let (owner, backup) = tokio::join!(self.claim_at(&t[0], id), async {
@@ -94,15 +132,15 @@ impl Cluster {
             _ => Answer::Silent,
         });
         let (granted, undo) = claim_verdict(answers);
+        tracing::debug!(%id, owner = %t[0], ?answers, ?granted, "claim");
         for (i, target) in t.iter().take(2).enumerate() {
             if undo[i] {
                 // The other refused: take back this grant, or the id stays
                 // reserved there for an object that is never created.
                 let op = pb::Op {
-                    kind: pb::OpKind::Dropped as i32,
+                    kind: pb::OpKind::Aborted as i32,
                     object_id: id.0.to_vec(),
-                    data_size: 0,
-                    metadata_size: 0,
+                    ..Default::default()
                 };
                 if let Err(e) = self.update_at(target, &self.me, vec![op], false).await {
                     tracing::debug!(member = %target, error = %e, "could not take back a claim");

@@ -71,6 +71,11 @@ impl Peers {
         lock(&self.channels).remove(addr);
     }
 
+    /// The deadline of a call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// A request with this call's deadline (`extra` on top of the default).
     pub fn request<T>(&self, msg: T, extra: Duration) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);

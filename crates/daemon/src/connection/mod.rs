@@ -427,6 +427,7 @@ impl Connection {
             Notice::Event(e) => self.push_event(&e),
             Notice::Sealed(id) => self.on_sealed(id, false),
             Notice::Restored(id) => self.on_sealed(id, true),
+            Notice::Aborted(_) => {} // for the cluster agent only
         }
     }
 }

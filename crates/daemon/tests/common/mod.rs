@@ -64,7 +64,10 @@ impl TestStore {
             .args(["store", "--memory", memory, "--socket"])
             .arg(&socket)
             .args(extra)
-            .env("FERROPLASMA_LOG", "warn")
+            .env(
+                "FERROPLASMA_LOG",
+                std::env::var("FP_TEST_STORE_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn ferroplasma store");
@@ -135,4 +138,73 @@ pub fn content(id: ferroplasma_client::ObjectId, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Three network namespaces on one bridge (removed on drop), when this
+/// machine allows it (root, iproute2); `None` otherwise.
+pub struct Namespaces {
+    pub names: Vec<String>,
+    bridge: String,
+}
+
+impl Namespaces {
+    pub fn create(n: usize) -> Option<Self> {
+        let tag = std::process::id() % 100_000;
+        let bridge = format!("fpbr{tag}");
+        let names: Vec<String> = (0..n).map(|i| format!("fp-t{tag}-{i}")).collect();
+        let net = Namespaces { names, bridge };
+        let subnet = 10 + tag % 200;
+        let mut script = format!(
+            "ip link add {b} type bridge && ip link set {b} up",
+            b = net.bridge
+        );
+        for (i, ns) in net.names.iter().enumerate() {
+            script += &format!(
+                " && ip netns add {ns} && ip link add fpv{tag}{i} type veth peer name fpi{tag}{i} \
+                 && ip link set fpi{tag}{i} netns {ns} && ip link set fpv{tag}{i} master {b} \
+                 && ip link set fpv{tag}{i} up && ip -n {ns} addr add 10.233.{subnet}.{h}/24 dev fpi{tag}{i} \
+                 && ip -n {ns} link set fpi{tag}{i} up && ip -n {ns} link set lo up",
+                b = net.bridge,
+                h = i + 1
+            );
+        }
+        let ok = Command::new("sh")
+            .args(["-c", &script])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return None; // net's Drop cleans up what was made
+        }
+        Some(net)
+    }
+
+    /// Member `i`'s address (port 7400 in its namespace).
+    pub fn addr(&self, i: usize) -> String {
+        let tag = std::process::id() % 100_000;
+        format!("10.233.{}.{}:7400", 10 + tag % 200, i + 1)
+    }
+}
+
+impl Namespaces {
+    /// Cuts (`up` false) or heals member `i`'s link to the bridge.
+    pub fn link(&self, i: usize, up: bool) {
+        let tag = std::process::id() % 100_000;
+        let state = if up { "up" } else { "down" };
+        let ok = Command::new("ip")
+            .args(["link", "set", &format!("fpv{tag}{i}"), state])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip link set {state}");
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        let mut script = format!("ip link del {} 2>/dev/null;", self.bridge);
+        for ns in &self.names {
+            script += &format!(" ip netns del {ns} 2>/dev/null;");
+        }
+        let _ = Command::new("sh").args(["-c", &script]).status();
+    }
 }
