@@ -188,23 +188,30 @@ impl Membership {
                 .is_some_and(|m| m.health == Health::Alive)
     }
 
-    /// Whether this member sees a strict majority of the members ever heard
-    /// from (itself included) alive: only then may ids be claimed, so that
-    /// the two sides of a network partition never both create one id.
-    pub fn has_quorum(&self) -> bool {
+    /// Whether this member has heard, within the peer timeout before `now`,
+    /// from a strict majority of the members ever heard from (itself
+    /// included): only then may ids be claimed, so that the two sides of a
+    /// network partition never both create one id. Judged on the time of
+    /// the last heartbeat, not on the last sweep, so that a member that was
+    /// paused does not act on what it knew before the pause.
+    pub fn has_quorum(&self, now: Instant) -> bool {
         let heard = self
             .members
             .values()
             .filter(|m| m.health != Health::Unknown && m.health != Health::Refused)
             .count()
             + 1;
-        let alive = self
+        let fresh = self
             .members
             .values()
-            .filter(|m| m.health == Health::Alive)
+            .filter(|m| {
+                m.health == Health::Alive
+                    && m.last_seen
+                        .is_some_and(|t| now.saturating_duration_since(t) <= self.timeout)
+            })
             .count()
             + 1;
-        2 * alive > heard
+        2 * fresh > heard
     }
 
     /// Whether some member is known by name only (never heard from, never

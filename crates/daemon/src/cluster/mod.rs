@@ -160,6 +160,14 @@ pub struct Cluster {
     /// does not know the ring and grants no claim.
     started: std::time::Instant,
     peer_timeout: Duration,
+    /// When the ring last changed, and the ring before (`None` when this
+    /// member's directory held nothing it could vouch for: it was cleared,
+    /// or this member started with peers and had not met them): see
+    /// `claim_local`.
+    ring_changed_at: Mutex<std::time::Instant>,
+    previous_ring: Mutex<Option<Ring>>,
+    /// Started with peers to meet (`--peers`/`--join`).
+    has_peers: bool,
     /// Local objects that are cached copies pulled from elsewhere.
     cached: Mutex<HashSet<ObjectId>>,
     inflight: Mutex<HashMap<ObjectId, Inflight>>,
@@ -257,6 +265,13 @@ impl Cluster {
             updates_sent: Notify::new(),
             started: std::time::Instant::now(),
             peer_timeout: cfg.peer_timeout,
+            ring_changed_at: Mutex::new(
+                std::time::Instant::now()
+                    .checked_sub(cfg.peer_timeout)
+                    .unwrap_or_else(std::time::Instant::now),
+            ),
+            previous_ring: Mutex::new(None),
+            has_peers: !cfg.peers.is_empty(),
             cached: Mutex::new(HashSet::new()),
             inflight: Mutex::new(HashMap::new()),
             peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
@@ -352,7 +367,13 @@ impl Cluster {
         }
         let alive = lock(&self.membership).alive();
         let ring = Ring::new(alive.clone());
-        if alive.len() == 1 && !ch.died.is_empty() {
+        let cleared = alive.len() == 1 && !ch.died.is_empty();
+        {
+            let old = lock(&self.ring);
+            let alone_at_start = old.members().len() == 1 && self.has_peers;
+            *lock(&self.previous_ring) = (!cleared && !alone_at_start).then(|| old.clone());
+        }
+        if cleared {
             // Everyone else died at once: this member was most likely cut off
             // or paused. What its directory says is out of date by the time
             // it is back; the holders re-register then.
@@ -368,6 +389,7 @@ impl Cluster {
             }
         }
         *lock(&self.ring) = ring;
+        *lock(&self.ring_changed_at) = std::time::Instant::now();
         self.directory_changed.notify_waiters();
         self.rejoin.notify_one();
     }

@@ -68,7 +68,7 @@ pub fn change_of(op: &pb::Op) -> Option<Change> {
 impl Cluster {
     async fn claim_at(&self, target: &str, id: ObjectId) -> Result<bool, tonic::Status> {
         if target == self.me {
-            return Ok(lock(&self.directory).claim(id, &self.me));
+            return self.claim_local(id, &self.me);
         }
         let msg = pb::ClaimRequest {
             node: self.me.clone(),
@@ -91,7 +91,7 @@ impl Cluster {
         while !self.settled() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if !lock(&self.membership).has_quorum() {
+        if !lock(&self.membership).has_quorum(std::time::Instant::now()) {
             return Err(wire_error(
                 wire::ErrorCode::ClusterUnavailable,
                 "this member sees no majority of the cluster alive (it may be cut off): \
@@ -154,6 +154,34 @@ impl Cluster {
         }
     }
 
+    /// Answers a claim of `id` by `node` from this member's directory. Just
+    /// after a ring change a member that has newly become the id's owner or
+    /// backup may not have heard yet of its object (the holders are
+    /// re-registering): an id it does not know then gets no answer
+    /// (`Unavailable`) rather than a grant, and the other directory member,
+    /// which answered for the id before, decides.
+    pub(super) fn claim_local(&self, id: ObjectId, node: &str) -> Result<bool, tonic::Status> {
+        let mut d = lock(&self.directory);
+        let vouches = || {
+            lock(&self.previous_ring)
+                .as_ref()
+                .is_some_and(|r| r.owners(&id, 2).contains(&self.me.as_str()))
+        };
+        if d.lookup(&id).is_none()
+            && lock(&self.ring_changed_at).elapsed() < self.peer_timeout
+            && !vouches()
+        {
+            return Err(tonic::Status::unavailable(
+                "the directory is being rebuilt after a membership change",
+            ));
+        }
+        let before = tracing::enabled!(tracing::Level::TRACE)
+            .then(|| d.lookup(&id).map(|e| e.state.clone()));
+        let granted = d.claim(id, node);
+        tracing::trace!(%id, node, ?before, granted, "claim answered");
+        Ok(granted)
+    }
+
     /// Applies `ops` about `node`'s copies at `target`; returns the refused
     /// ids. `node` is this member, except when correcting the directory
     /// about a holder that turned out not to have its copy.
@@ -187,7 +215,15 @@ impl Cluster {
                 else {
                     continue;
                 };
-                if !d.update(id, node, ch, rejoin) {
+                let trace = tracing::enabled!(tracing::Level::TRACE);
+                let before = trace.then(|| d.lookup(&id).map(|e| e.state.clone()));
+                let taken = d.update(id, node, ch, rejoin);
+                if trace {
+                    let after = d.lookup(&id).map(|e| e.state.clone());
+                    tracing::trace!(%id, node, ?ch, rejoin, ?before, ?after, taken, "directory update");
+                }
+                if !taken {
+                    tracing::debug!(%id, node, ?ch, entry = ?d.lookup(&id), "directory update refused");
                     refused.push(id);
                 }
             }
@@ -302,6 +338,7 @@ impl Cluster {
     /// referenced where it lies). Returns a `DeleteStatus` per id.
     pub async fn delete(self: &Arc<Self>, ids: Vec<ObjectId>) -> Result<Vec<i32>, wire::Error> {
         use wire::DeleteStatus as S;
+        let started = crate::shared::now_us();
         let mut status: Vec<i32> = self.drop_local(&ids);
         let mut by_target: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, id) in ids.iter().enumerate() {
@@ -354,7 +391,7 @@ impl Cluster {
         for (h, idx) in holders {
             let gone: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
             let answered = if lock(&self.membership).is_alive(&h) {
-                self.drop_copies_at(&h, &gone).await
+                self.drop_copies_at(&h, &gone, started).await
             } else {
                 Err(tonic::Status::unavailable("declared dead"))
             };
@@ -372,7 +409,7 @@ impl Cluster {
                     for i in idx {
                         status[i] = S::Deferred as i32;
                     }
-                    self.keep_dropping(h, gone);
+                    self.keep_dropping(h, gone, started);
                 }
             }
         }
@@ -384,9 +421,11 @@ impl Cluster {
         &self,
         member: &str,
         ids: &[ObjectId],
+        sealed_before_us: i64,
     ) -> Result<Vec<i32>, tonic::Status> {
         let msg = pb::DropCopiesRequest {
             object_ids: pack_ids(ids),
+            sealed_before_us,
         };
         let mut c = self.peers.get(member)?;
         let r = c
@@ -397,12 +436,12 @@ impl Cluster {
 
     /// Goes on asking a live `member` to drop its copies of deleted objects
     /// (on the cluster's thread) until it answers or is declared dead.
-    fn keep_dropping(self: &Arc<Self>, member: String, ids: Vec<ObjectId>) {
+    fn keep_dropping(self: &Arc<Self>, member: String, ids: Vec<ObjectId>, before: i64) {
         use backon::Retryable;
         let c = self.clone();
         self.rt.spawn(async move {
             let backoff = super::retry::builder(Duration::from_millis(50), Duration::from_secs(2));
-            let r = (|| c.drop_copies_at(&member, &ids))
+            let r = (|| c.drop_copies_at(&member, &ids, before))
                 .retry(backoff)
                 .when(|_| lock(&c.membership).is_alive(&member))
                 .await;
@@ -429,9 +468,25 @@ impl Cluster {
 
     /// Deletes this member's copies; a `DeleteStatus` per id.
     pub(super) fn drop_local(&self, ids: &[ObjectId]) -> Vec<i32> {
+        self.drop_local_sealed_before(ids, None)
+    }
+
+    /// [`Cluster::drop_local`] of the copies sealed before `before` (µs
+    /// since the epoch) only: a newer one is another object (`NotFound`).
+    pub(super) fn drop_local_sealed_before(
+        &self,
+        ids: &[ObjectId],
+        before: Option<i64>,
+    ) -> Vec<i32> {
         let mut sh = self.shared.lock();
         ids.iter()
             .map(|id| {
+                let newer = before
+                    .zip(sh.store.sealed_at_us(id))
+                    .is_some_and(|(b, sealed)| sealed >= b);
+                if newer {
+                    return wire::DeleteStatus::NotFound as i32;
+                }
                 let (outcome, fx) = sh.store.delete(*id);
                 sh.deliver(fx);
                 crate::convert::delete_status(outcome)

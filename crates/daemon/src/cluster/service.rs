@@ -98,10 +98,10 @@ impl Peer for Service {
     ) -> Result<Response<pb::ClaimReply>, Status> {
         let r = req.into_inner();
         let ids = ids(&r.object_ids)?;
-        let granted = {
-            let mut d = super::lock(&self.0.directory);
-            ids.into_iter().map(|id| d.claim(id, &r.node)).collect()
-        };
+        let granted = ids
+            .into_iter()
+            .map(|id| self.0.claim_local(id, &r.node))
+            .collect::<Result<Vec<bool>, Status>>()?;
         Ok(Response::new(pb::ClaimReply { granted }))
     }
 
@@ -144,9 +144,11 @@ impl Peer for Service {
         &self,
         req: Request<pb::DropCopiesRequest>,
     ) -> Result<Response<pb::DropCopiesReply>, Status> {
-        let ids = ids(&req.into_inner().object_ids)?;
+        let r = req.into_inner();
+        let ids = ids(&r.object_ids)?;
+        let before = (r.sealed_before_us > 0).then_some(r.sealed_before_us);
         Ok(Response::new(pb::DropCopiesReply {
-            status: self.0.drop_local(&ids),
+            status: self.0.drop_local_sealed_before(&ids, before),
         }))
     }
 
