@@ -79,7 +79,7 @@ fmt: $(VENV)/.deps ## Format the code
 SEED ?= 1
 MINUTES ?= 10
 chaos: ## Fault injection on a 3-member cluster (kills, pauses, link cuts) with an invariant checker: make chaos SEED=7 MINUTES=10
-	FP_CHAOS_SEED=$(SEED) FP_CHAOS_CUTS=1 FP_CHAOS_SECONDS=$$(( $(MINUTES) * 60 )) $(CARGO) test --release -p ferroplasma-daemon --test nemesis -- --nocapture
+	FP_CHAOS_SEED=$(SEED) FP_CHAOS_FAULTS=2 FP_CHAOS_SECONDS=$$(( $(MINUTES) * 60 )) $(CARGO) test --release -p ferroplasma-daemon --test nemesis -- --nocapture
 
 # The reliability tests at 20x their CI size; they print their counts.
 stress: ## Fuzz, kill, stress and hostile-input tests, 20x longer than in make test

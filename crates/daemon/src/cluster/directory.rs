@@ -315,6 +315,21 @@ impl Directory {
         self.entries.clear();
     }
 
+    /// A member declared dead is back with the same incarnation (it was
+    /// paused or cut off, not restarted): it holds again what it held, and
+    /// an object lost with it is found again.
+    pub fn member_back(&mut self, node: &str) {
+        for e in self.entries.values_mut() {
+            if let Some(i) = e.away.iter().position(|h| h == node) {
+                e.away.remove(i);
+                e.holders.push(node.into());
+                if e.state == State::Lost {
+                    e.state = State::Sealed;
+                }
+            }
+        }
+    }
+
     /// A member came back as a new incarnation: it holds nothing of what
     /// it held before. Its claims are void, its old copies gone for good;
     /// entries kept only for it go.
@@ -505,6 +520,14 @@ mod tests {
         d.member_died("a");
         assert!(d.update(kept, "a", PRIMARY, true));
         assert_eq!(d.lookup(&kept).unwrap().holders, ["a", "b"]);
+        // One back from a pause holds it again, a lost object included.
+        let paused = ObjectId::random();
+        d.update(paused, "p", PRIMARY, false);
+        d.member_died("p");
+        assert_eq!(d.lookup(&paused).unwrap().state, State::Lost);
+        d.member_back("p");
+        assert_eq!(d.lookup(&paused).unwrap().state, State::Sealed);
+        assert_eq!(d.lookup(&paused).unwrap().holders, ["p"]);
         // One that restarted holds nothing: the deletion is complete.
         let gone = ObjectId::random();
         d.update(gone, "c", PRIMARY, false);

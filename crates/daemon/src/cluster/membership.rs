@@ -19,6 +19,8 @@ pub struct MemberInfo {
     pub used: u64,
     /// Objects held.
     pub objects: u64,
+    /// Bumped when the member forgets its directory.
+    pub directory_epoch: u64,
 }
 
 /// How a member is doing, as far as this member can tell.
@@ -119,7 +121,12 @@ impl Membership {
                 if restarted {
                     ch.restarted.push(addr.clone());
                 }
-                if m.health != Health::Alive || restarted {
+                let forgot = !restarted
+                    && m.health == Health::Alive
+                    && m.info.directory_epoch != info.directory_epoch;
+                if m.health != Health::Alive || restarted || forgot {
+                    // (One that forgot its directory is treated as joining
+                    // again: everyone re-registers with it.)
                     ch.joined.push(addr.clone());
                 }
                 m.info = info;

@@ -168,6 +168,10 @@ pub struct Cluster {
     previous_ring: Mutex<Option<Ring>>,
     /// Started with peers to meet (`--peers`/`--join`).
     has_peers: bool,
+    /// Saw every other member die at once (it was cut off or paused).
+    was_away: std::sync::atomic::AtomicBool,
+    /// Bumped each time this member forgets its directory.
+    directory_epoch: AtomicU64,
     /// Local objects that are cached copies pulled from elsewhere.
     cached: Mutex<HashSet<ObjectId>>,
     inflight: Mutex<HashMap<ObjectId, Inflight>>,
@@ -272,6 +276,8 @@ impl Cluster {
             ),
             previous_ring: Mutex::new(None),
             has_peers: !cfg.peers.is_empty(),
+            was_away: std::sync::atomic::AtomicBool::new(false),
+            directory_epoch: AtomicU64::new(0),
             cached: Mutex::new(HashSet::new()),
             inflight: Mutex::new(HashMap::new()),
             peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
@@ -321,6 +327,7 @@ impl Cluster {
             capacity: s.capacity,
             used: s.used,
             objects: s.objects,
+            directory_epoch: self.directory_epoch.load(Ordering::Relaxed),
         }
     }
 
@@ -363,21 +370,30 @@ impl Cluster {
             lock(&self.directory).member_restarted(r);
         }
         for j in &ch.joined {
+            if !ch.restarted.contains(j) {
+                // Back from a pause or a cut, with what it held.
+                lock(&self.directory).member_back(j);
+            }
             tracing::info!(member = %j, "cluster member joined");
         }
         let alive = lock(&self.membership).alive();
         let ring = Ring::new(alive.clone());
         let cleared = alive.len() == 1 && !ch.died.is_empty();
         {
+            // Alone until now because it was cut off (or started with peers
+            // it had not met): its entries vouch for nothing it missed.
             let old = lock(&self.ring);
-            let alone_at_start = old.members().len() == 1 && self.has_peers;
-            *lock(&self.previous_ring) = (!cleared && !alone_at_start).then(|| old.clone());
+            let was_away = self.was_away.swap(cleared, Ordering::Relaxed);
+            let alone = old.members().len() == 1 && (self.has_peers || was_away);
+            *lock(&self.previous_ring) = (!cleared && !alone).then(|| old.clone());
         }
         if cleared {
             // Everyone else died at once: this member was most likely cut off
             // or paused. What its directory says is out of date by the time
-            // it is back; the holders re-register then.
+            // it is back; it forgets it and says so in its heartbeats (a new
+            // directory epoch), and everyone re-registers with it.
             lock(&self.directory).clear();
+            self.directory_epoch.fetch_add(1, Ordering::Relaxed);
         } else {
             let me = self.me.as_str();
             let dropped = lock(&self.directory).retain_owned(|id| ring.owners(id, 2).contains(&me));

@@ -54,6 +54,7 @@ pub(super) fn member_of(m: Option<pb::Member>) -> MemberInfo {
         capacity: m.capacity,
         used: m.used,
         objects: m.objects,
+        directory_epoch: m.directory_epoch,
     }
 }
 
@@ -65,6 +66,7 @@ pub(super) fn member_pb(m: MemberInfo) -> pb::Member {
         capacity: m.capacity,
         used: m.used,
         objects: m.objects,
+        directory_epoch: m.directory_epoch,
     }
 }
 
