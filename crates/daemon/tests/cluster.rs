@@ -376,6 +376,46 @@ fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
     check(&back.client(), on_b[0], 2000, Duration::from_secs(10));
 }
 
+/// A cluster-wide delete and contains of more ids than one peer request
+/// may carry (65,536) are split into pieces: every object goes.
+#[test]
+fn a_cluster_delete_of_70000_objects_deletes_them_all() {
+    let a = Member::start("127.0.0.1:0", &[], TOKEN);
+    let n: u64 = 70_000;
+    let id = |i: u64| {
+        let mut b = [9u8; 20];
+        b[..8].copy_from_slice(&i.to_le_bytes());
+        ObjectId(b)
+    };
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let c = a.client();
+            s.spawn(move || {
+                for i in (t..n).step_by(4) {
+                    c.put(id(i), &i.to_le_bytes(), b"").unwrap();
+                }
+            });
+        }
+    });
+    let b = Member::start("127.0.0.1:0", &[a.addr.as_str()], TOKEN);
+    eventually("B joined", Duration::from_secs(15), || {
+        b.alive_members() == 2 && a.alive_members() == 2
+    });
+    let ids: Vec<ObjectId> = (0..n).map(id).collect();
+    let bc = b.client();
+    eventually("registered", Duration::from_secs(60), || {
+        bc.contains_in(&ids, true).unwrap().iter().all(|&p| p)
+    });
+    let status = bc.delete(&ids).unwrap();
+    assert!(
+        status.iter().all(|s| *s == DeleteStatus::Deleted),
+        "{:?}",
+        &status[..3]
+    );
+    assert!(a.client().list().unwrap().is_empty(), "A's copies went");
+    assert!(bc.contains_in(&ids, true).unwrap().iter().all(|&p| !p));
+}
+
 /// A member paused (SIGSTOP) for longer than the peer timeout and then
 /// resumed is alive again for everyone, and the objects only it holds are
 /// readable again: never lost for good while their holder lives.

@@ -298,6 +298,16 @@ impl Cluster {
 
     /// Whether each id is sealed on some live member.
     pub async fn contains(&self, ids: Vec<ObjectId>) -> Result<Vec<bool>, wire::Error> {
+        let mut out = Vec::with_capacity(ids.len());
+        for piece in ids.chunks(super::service::MAX_IDS) {
+            out.extend(self.contains_piece(piece).await?);
+        }
+        Ok(out)
+    }
+
+    /// [`Cluster::contains`] of at most `MAX_IDS` ids (what one peer request
+    /// may carry).
+    async fn contains_piece(&self, ids: &[ObjectId]) -> Result<Vec<bool>, wire::Error> {
         let mut present = vec![false; ids.len()];
         let mut by_owner: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         {
@@ -337,9 +347,19 @@ impl Cluster {
     /// Deletes every copy of each id, everywhere (each deferred while
     /// referenced where it lies). Returns a `DeleteStatus` per id.
     pub async fn delete(self: &Arc<Self>, ids: Vec<ObjectId>) -> Result<Vec<i32>, wire::Error> {
+        let mut out = Vec::with_capacity(ids.len());
+        for piece in ids.chunks(super::service::MAX_IDS) {
+            out.extend(self.delete_piece(piece).await?);
+        }
+        Ok(out)
+    }
+
+    /// [`Cluster::delete`] of at most `MAX_IDS` ids (what one peer request
+    /// may carry).
+    async fn delete_piece(self: &Arc<Self>, ids: &[ObjectId]) -> Result<Vec<i32>, wire::Error> {
         use wire::DeleteStatus as S;
         let started = crate::shared::now_us();
-        let mut status: Vec<i32> = self.drop_local(&ids);
+        let mut status: Vec<i32> = self.drop_local(ids);
         let mut by_target: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, id) in ids.iter().enumerate() {
             for t in self.targets(id) {

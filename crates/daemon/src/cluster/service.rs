@@ -11,7 +11,8 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 /// Most ids in one peer request.
-const MAX_IDS: usize = 1 << 16;
+/// Most ids one peer request may carry.
+pub(super) const MAX_IDS: usize = 1 << 16;
 
 #[derive(Debug)]
 struct Service(Arc<Cluster>);
