@@ -376,17 +376,10 @@ fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
     check(&back.client(), on_b[0], 2000, Duration::from_secs(10));
 }
 
-/// A cluster-wide delete and contains of more ids than one peer request
-/// may carry (65,536) are split into pieces: every object goes.
-#[test]
-fn a_cluster_delete_of_70000_objects_deletes_them_all() {
+/// A member that put `n` small objects (ids from `id`) while alone, and a
+/// second member that then joined it; returns both and the ids.
+fn many_objects_then_a_joiner(n: u64, id: fn(u64) -> ObjectId) -> (Member, Member, Vec<ObjectId>) {
     let a = Member::start("127.0.0.1:0", &[], TOKEN);
-    let n: u64 = 70_000;
-    let id = |i: u64| {
-        let mut b = [9u8; 20];
-        b[..8].copy_from_slice(&i.to_le_bytes());
-        ObjectId(b)
-    };
     std::thread::scope(|s| {
         for t in 0..4 {
             let c = a.client();
@@ -401,7 +394,18 @@ fn a_cluster_delete_of_70000_objects_deletes_them_all() {
     eventually("B joined", Duration::from_secs(15), || {
         b.alive_members() == 2 && a.alive_members() == 2
     });
-    let ids: Vec<ObjectId> = (0..n).map(id).collect();
+    (a, b, (0..n).map(id).collect())
+}
+
+/// A cluster-wide delete and contains of more ids than one peer request
+/// may carry (65,536) are split into pieces: every object goes.
+#[test]
+fn a_cluster_delete_of_70000_objects_deletes_them_all() {
+    let (a, b, ids) = many_objects_then_a_joiner(70_000, |i| {
+        let mut b = [9u8; 20];
+        b[..8].copy_from_slice(&i.to_le_bytes());
+        ObjectId(b)
+    });
     let bc = b.client();
     eventually("registered", Duration::from_secs(60), || {
         bc.contains_in(&ids, true).unwrap().iter().all(|&p| p)
@@ -460,28 +464,13 @@ fn a_paused_member_comes_back_with_its_objects() {
 /// member finds each of them.
 #[test]
 fn a_member_with_200000_objects_registers_them_all_when_another_joins() {
-    let a = Member::start("127.0.0.1:0", &[], TOKEN);
     let n: u64 = 200_000;
     let id = |i: u64| {
         let mut b = [7u8; 20];
         b[..8].copy_from_slice(&i.to_le_bytes());
         ObjectId(b)
     };
-    std::thread::scope(|s| {
-        for t in 0..4 {
-            let c = a.client();
-            s.spawn(move || {
-                for i in (t..n).step_by(4) {
-                    c.put(id(i), &i.to_le_bytes(), b"").unwrap();
-                }
-            });
-        }
-    });
-    let b = Member::start("127.0.0.1:0", &[a.addr.as_str()], TOKEN);
-    eventually("B joined", Duration::from_secs(15), || {
-        b.alive_members() == 2 && a.alive_members() == 2
-    });
-    let ids: Vec<ObjectId> = (0..n).map(id).collect();
+    let (_a, b, ids) = many_objects_then_a_joiner(n, id);
     let bc = b.client();
     eventually(
         "every object is known cluster-wide from B",
