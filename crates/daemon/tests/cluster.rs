@@ -376,6 +376,33 @@ fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
     check(&back.client(), on_b[0], 2000, Duration::from_secs(10));
 }
 
+/// An id created, sealed and deleted is free again after a membership
+/// change: the member that created it does not claim it anew when it
+/// re-registers (a claim is kept for re-registration only until its object
+/// is sealed or aborted).
+#[test]
+fn a_deleted_id_stays_free_across_a_membership_change() {
+    let m = cluster(2);
+    let (a, b) = (m[0].client(), m[1].client());
+    let ids: Vec<ObjectId> = (0..20).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        put(&a, *id, 100);
+    }
+    a.delete(&ids).unwrap();
+    eventually("deleted everywhere", Duration::from_secs(5), || {
+        b.contains_in(&ids, true).unwrap().iter().all(|&p| !p)
+    });
+    // A third member joins: everyone re-registers.
+    let third = Member::start("127.0.0.1:0", &[m[0].addr.as_str()], TOKEN);
+    eventually("joined", Duration::from_secs(15), || {
+        m.iter().all(|x| x.alive_members() == 3) && third.alive_members() == 3
+    });
+    for id in &ids {
+        b.put(*id, b"again", b"")
+            .unwrap_or_else(|e| panic!("{id} is not free after its delete: {e}"));
+    }
+}
+
 /// A member that put `n` small objects (ids from `id`) while alone, and a
 /// second member that then joined it; returns both and the ids.
 fn many_objects_then_a_joiner(n: u64, id: fn(u64) -> ObjectId) -> (Member, Member, Vec<ObjectId>) {

@@ -53,7 +53,11 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
                         EventKind::Sealed if lock(&cluster.cached).contains(&e.id) => {
                             pb::OpKind::SealedCached
                         }
-                        EventKind::Sealed => pb::OpKind::SealedPrimary,
+                        EventKind::Sealed => {
+                            // Its claim is now the sealed object's.
+                            lock(&cluster.granted).remove(&e.id);
+                            pb::OpKind::SealedPrimary
+                        }
                         EventKind::Deleted => {
                             lock(&cluster.cached).remove(&e.id);
                             pb::OpKind::Dropped
@@ -61,7 +65,10 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
                     };
                     (kind, e.id, e.data_size, e.metadata_size)
                 }
-                Notice::Aborted(id) => (pb::OpKind::Aborted, id, 0, 0),
+                Notice::Aborted(id) => {
+                    lock(&cluster.granted).remove(&id);
+                    (pb::OpKind::Aborted, id, 0, 0)
+                }
                 Notice::Sealed(_) | Notice::Restored(_) => continue,
             };
             ids.push(id);
@@ -81,7 +88,7 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
                 ops.entry(t).or_default().push(op.clone());
             }
         }
-        send(&cluster, ops, false).await;
+        send(&cluster, ops, None).await;
         // Sent (or their owner died): claims of these ids may go on.
         {
             let mut sh = cluster.shared.lock();
@@ -100,14 +107,24 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
 
 /// Sends each member its ops (all members at once) and drops the local
 /// copies the directory refused (deleted while they were being pulled).
-async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin: bool) {
+/// A re-registration (`rejoin`: the ring's fingerprint) ends, for each
+/// member, with an update saying that this member has now sent it all it
+/// holds for that ring (an empty one for a member it has nothing for).
+async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin: Option<u64>) {
     let mut tasks = tokio::task::JoinSet::new();
     for (target, ops) in ops {
         let c = cluster.clone();
         tasks.spawn(async move {
             let mut refused = Vec::new();
-            for piece in ops.chunks(MAX_OPS) {
-                match deliver(&c, &target, piece, rejoin).await {
+            let pieces: Vec<&[pb::Op]> = if ops.is_empty() {
+                vec![&[]]
+            } else {
+                ops.chunks(MAX_OPS).collect()
+            };
+            let last = pieces.len() - 1;
+            for (i, piece) in pieces.into_iter().enumerate() {
+                let synced = if i == last { rejoin.unwrap_or(0) } else { 0 };
+                match deliver(&c, &target, piece, rejoin.is_some(), synced).await {
                     Ok(ids) => refused.extend(ids),
                     Err(e) => return (target, Err(e)),
                 }
@@ -147,9 +164,10 @@ async fn deliver(
     target: &str,
     ops: &[pb::Op],
     rejoin: bool,
+    synced_ring: u64,
 ) -> Result<Vec<ObjectId>, tonic::Status> {
     let backoff = super::retry::builder(Duration::from_millis(20), Duration::from_secs(1));
-    (|| c.update_at(target, &c.me, ops.to_vec(), rejoin))
+    (|| c.update_at(target, &c.me, ops.to_vec(), rejoin, synced_ring))
         .retry(backoff)
         .when(|e| {
             let alive = target == c.me || lock(&c.membership).is_alive(target);
@@ -162,11 +180,29 @@ async fn deliver(
 }
 
 /// Tells the current owners of every local object (and unsealed claim)
-/// that this member holds it.
+/// that this member holds it, then tells every member that it has: until
+/// each member has, a directory grants no new claim.
 async fn reregister(cluster: &Arc<Cluster>) {
-    let list = cluster.shared.lock().store.list();
-    let mut ops: BTreeMap<String, Vec<pb::Op>> = BTreeMap::new();
-    let mut claims = Vec::new();
+    // The ring to register for, fixed for the whole round: if it changes
+    // meanwhile, another round follows (the agent was notified again).
+    let (ring, fingerprint) = {
+        let d = lock(&cluster.directory);
+        (lock(&cluster.ring).clone(), d.ring())
+    };
+    let (list, mut claims) = {
+        // Under the store's lock, so that a create that lands now is either
+        // in the list or still a granted claim (re-claimed below).
+        let sh = cluster.shared.lock();
+        let list = sh.store.list();
+        let mut granted = lock(&cluster.granted);
+        granted.retain(|id| !sh.store.exists(id));
+        (list, granted.iter().copied().collect::<Vec<_>>())
+    };
+    let mut ops: BTreeMap<String, Vec<pb::Op>> = ring
+        .members()
+        .iter()
+        .map(|m| (m.clone(), Vec::new()))
+        .collect();
     {
         let cached = lock(&cluster.cached);
         for o in &list {
@@ -189,16 +225,21 @@ async fn reregister(cluster: &Arc<Cluster>) {
                 metadata_size: o.location.metadata_size,
                 version: sealed.max(0) as u64,
             };
-            for t in cluster.targets(&o.id) {
-                ops.entry(t).or_default().push(op.clone());
+            for t in ring.owners(&o.id, 2) {
+                ops.entry(t.to_string()).or_default().push(op.clone());
             }
         }
     }
-    tracing::debug!(objects = list.len(), "re-registering with the directory");
+    tracing::debug!(
+        objects = list.len(),
+        claims = claims.len(),
+        ring = fingerprint,
+        "re-registering with the directory"
+    );
     for id in claims {
-        if let Err(e) = cluster.claim_unordered(id).await {
+        if let Err(e) = cluster.claim_unordered(id, true).await {
             tracing::debug!(%id, error = %e.message, "re-claim failed");
         }
     }
-    send(cluster, ops, true).await;
+    send(cluster, ops, Some(fingerprint)).await;
 }

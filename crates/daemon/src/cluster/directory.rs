@@ -76,10 +76,37 @@ pub enum Change {
     Aborted,
 }
 
+/// The answer to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Reserved for the claimant.
+    Granted,
+    /// Taken: being created or sealed elsewhere.
+    Refused,
+    /// No answer yet: the claimant and this member see different rings, or
+    /// not every member has re-registered with this one since the ring
+    /// changed, so an id it does not know may still be held somewhere.
+    NotNow(&'static str),
+}
+
+/// Which ring the entries are complete for: after a ring change, a member
+/// knows every copy of the ids it answers for only once each member of the
+/// ring has re-registered everything it holds (and said so).
+#[derive(Debug, Default)]
+struct Rebuild {
+    /// The current ring's fingerprint.
+    ring: u64,
+    /// Its members (this one included).
+    members: Vec<String>,
+    /// For each member, the last ring it said it had re-registered for.
+    synced: HashMap<String, u64>,
+}
+
 /// The entries this member keeps.
 #[derive(Debug, Default)]
 pub struct Directory {
     entries: HashMap<ObjectId, Entry>,
+    rebuild: Rebuild,
 }
 
 impl Directory {
@@ -96,6 +123,67 @@ impl Directory {
     /// True when no entry is kept.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// The ring changed to `members` (fingerprint `ring`): the directory is
+    /// incomplete until each of them re-registers for it. A member that
+    /// already did (its re-registration overtook this member's own news of
+    /// the change) keeps its mark.
+    pub fn set_ring(&mut self, ring: u64, members: Vec<String>) {
+        self.rebuild.ring = ring;
+        self.rebuild.members = members;
+        self.rebuild.synced.retain(|_, r| *r == ring);
+    }
+
+    /// The current ring's fingerprint.
+    pub fn ring(&self) -> u64 {
+        self.rebuild.ring
+    }
+
+    /// `node` has re-registered everything it holds for ring `ring`.
+    pub fn synced(&mut self, node: &str, ring: u64) {
+        self.rebuild.synced.insert(node.into(), ring);
+    }
+
+    /// Whether every member of the ring has re-registered for it.
+    pub fn is_complete(&self) -> bool {
+        let r = &self.rebuild;
+        r.members.iter().all(|m| r.synced.get(m) == Some(&r.ring))
+    }
+
+    /// Answers a claim of `id` by `node`, made in ring `ring`. A refusal
+    /// needs only the entry at hand; a grant needs the claimant to see the
+    /// same ring and the directory to be complete for it, because an id
+    /// this member does not know may be held by a member that has not
+    /// re-registered yet. A re-claim (`rejoin`: an id granted to `node`
+    /// before the ring changed) is recorded whenever nothing refuses it.
+    pub fn claim_in_ring(&mut self, id: ObjectId, node: &str, ring: u64, rejoin: bool) -> Claim {
+        match self.entries.get(&id).map(|e| &e.state) {
+            Some(State::Creating { by }) => {
+                return if by == node {
+                    Claim::Granted
+                } else {
+                    Claim::Refused
+                }
+            }
+            Some(State::Sealed) => return Claim::Refused,
+            _ => {}
+        }
+        if !rejoin {
+            if ring != self.rebuild.ring {
+                return Claim::NotNow(
+                    "the members disagree on the ring (a membership change is under way)",
+                );
+            }
+            if !self.is_complete() {
+                return Claim::NotNow("the directory is being rebuilt after a membership change");
+            }
+        }
+        if self.claim(id, node) {
+            Claim::Granted
+        } else {
+            Claim::Refused
+        }
     }
 
     /// Reserves `id` for an object `node` is about to create. Refused when
@@ -383,6 +471,41 @@ mod tests {
         d.update(id, "a", PRIMARY, false);
         assert!(!d.claim(id, "a"));
         assert!(!d.claim(id, "b"));
+    }
+
+    #[test]
+    fn claims_are_granted_only_once_every_member_has_re_registered_for_the_ring() {
+        let mut d = Directory::new();
+        let members = || vec!["a".to_string(), "b".into(), "c".into()];
+        d.set_ring(7, members());
+        let (id, held) = (ObjectId::random(), ObjectId::random());
+        // "c" re-registered for ring 7 before this member heard of it.
+        d.synced("c", 7);
+        d.set_ring(7, members());
+        d.synced("a", 7);
+        assert!(
+            matches!(d.claim_in_ring(id, "a", 7, false), Claim::NotNow(_)),
+            "b has not re-registered"
+        );
+        // What is known is refused at once.
+        d.update(held, "b", PRIMARY, true);
+        assert_eq!(d.claim_in_ring(held, "a", 7, false), Claim::Refused);
+        // A re-claim of an id granted before the change is recorded.
+        let reclaimed = ObjectId::random();
+        assert_eq!(d.claim_in_ring(reclaimed, "c", 7, true), Claim::Granted);
+        d.synced("b", 7);
+        assert!(
+            matches!(d.claim_in_ring(id, "a", 8, false), Claim::NotNow(_)),
+            "another ring"
+        );
+        assert_eq!(d.claim_in_ring(id, "a", 7, false), Claim::Granted);
+        assert_eq!(d.claim_in_ring(reclaimed, "a", 7, false), Claim::Refused);
+        // A new ring: the marks of the old one no longer count.
+        d.set_ring(9, members());
+        assert!(matches!(
+            d.claim_in_ring(ObjectId::random(), "a", 9, false),
+            Claim::NotNow(_)
+        ));
     }
 
     #[test]

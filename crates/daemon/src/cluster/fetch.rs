@@ -159,7 +159,7 @@ impl Cluster {
                         };
                         for t in self.targets(&id) {
                             let ops = vec![op.clone()];
-                            if let Err(e) = self.update_at(&t, name, ops, false).await {
+                            if let Err(e) = self.update_at(&t, name, ops, false, 0).await {
                                 tracing::debug!(member = %t, error = %e, "directory correction not delivered");
                             }
                         }

@@ -160,18 +160,12 @@ pub struct Cluster {
     /// does not know the ring and grants no claim.
     started: std::time::Instant,
     peer_timeout: Duration,
-    /// When the ring last changed, and the ring before (`None` when this
-    /// member's directory held nothing it could vouch for: it was cleared,
-    /// or this member started with peers and had not met them): see
-    /// `claim_local`.
-    ring_changed_at: Mutex<std::time::Instant>,
-    previous_ring: Mutex<Option<Ring>>,
-    /// Started with peers to meet (`--peers`/`--join`).
-    has_peers: bool,
-    /// Saw every other member die at once (it was cut off or paused).
-    was_away: std::sync::atomic::AtomicBool,
     /// Bumped each time this member forgets its directory.
     directory_epoch: AtomicU64,
+    /// Ids claimed for creates that may not be in the store yet (a create
+    /// waiting for room): a re-registration re-claims them with the new
+    /// owners. Pruned there once in the store, and on abort.
+    granted: Mutex<HashSet<ObjectId>>,
     /// Local objects that are cached copies pulled from elsewhere.
     cached: Mutex<HashSet<ObjectId>>,
     inflight: Mutex<HashMap<ObjectId, Inflight>>,
@@ -269,15 +263,8 @@ impl Cluster {
             updates_sent: Notify::new(),
             started: std::time::Instant::now(),
             peer_timeout: cfg.peer_timeout,
-            ring_changed_at: Mutex::new(
-                std::time::Instant::now()
-                    .checked_sub(cfg.peer_timeout)
-                    .unwrap_or_else(std::time::Instant::now),
-            ),
-            previous_ring: Mutex::new(None),
-            has_peers: !cfg.peers.is_empty(),
-            was_away: std::sync::atomic::AtomicBool::new(false),
             directory_epoch: AtomicU64::new(0),
+            granted: Mutex::new(HashSet::new()),
             cached: Mutex::new(HashSet::new()),
             inflight: Mutex::new(HashMap::new()),
             peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
@@ -288,6 +275,14 @@ impl Cluster {
             )),
             counters: Counters::default(),
         });
+        {
+            // Alone in its ring, and with an empty store: complete for it.
+            let me = [cluster.me.clone()];
+            let fingerprint = cluster.fingerprint(&me);
+            let mut d = lock(&cluster.directory);
+            d.set_ring(fingerprint, me.to_vec());
+            d.synced(&cluster.me, fingerprint);
+        }
         handle.spawn(service::serve(cluster.clone(), grpc));
         handle.spawn(transport::serve_tcp(
             bulk,
@@ -329,6 +324,28 @@ impl Cluster {
             objects: s.objects,
             directory_epoch: self.directory_epoch.load(Ordering::Relaxed),
         }
+    }
+
+    /// The fingerprint of a ring of `members`: their names, incarnations
+    /// and directory epochs as this member knows them. Two members agree
+    /// on the ring when their fingerprints are equal.
+    fn fingerprint(&self, members: &[String]) -> u64 {
+        let m = lock(&self.membership);
+        let named = members.iter().map(|addr| {
+            if *addr == self.me {
+                (
+                    addr.as_str(),
+                    self.incarnation,
+                    self.directory_epoch.load(Ordering::Relaxed),
+                )
+            } else {
+                let (inc, epoch) = m
+                    .get(addr)
+                    .map_or((0, 0), |x| (x.info.incarnation, x.info.directory_epoch));
+                (addr.as_str(), inc, epoch)
+            }
+        });
+        ring::fingerprint(named)
     }
 
     /// The owner and backup of `id` in the current ring.
@@ -379,33 +396,34 @@ impl Cluster {
         let alive = lock(&self.membership).alive();
         let ring = Ring::new(alive.clone());
         let cleared = alive.len() == 1 && !ch.died.is_empty();
-        {
-            // Alone until now because it was cut off (or started with peers
-            // it had not met): its entries vouch for nothing it missed.
-            let old = lock(&self.ring);
-            let was_away = self.was_away.swap(cleared, Ordering::Relaxed);
-            let alone = old.members().len() == 1 && (self.has_peers || was_away);
-            *lock(&self.previous_ring) = (!cleared && !alone).then(|| old.clone());
-        }
         if cleared {
             // Everyone else died at once: this member was most likely cut off
             // or paused. What its directory says is out of date by the time
             // it is back; it forgets it and says so in its heartbeats (a new
             // directory epoch), and everyone re-registers with it.
-            lock(&self.directory).clear();
             self.directory_epoch.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let me = self.me.as_str();
-            let dropped = lock(&self.directory).retain_owned(|id| ring.owners(id, 2).contains(&me));
-            if dropped > 0 {
-                tracing::debug!(
-                    entries = dropped,
-                    "directory entries handed over to their new owners"
-                );
-            }
         }
-        *lock(&self.ring) = ring;
-        *lock(&self.ring_changed_at) = std::time::Instant::now();
+        let fingerprint = self.fingerprint(ring.members());
+        {
+            // One step for claims: the entries, the ring and what the
+            // directory is complete for change together.
+            let mut d = lock(&self.directory);
+            if cleared {
+                d.clear();
+            } else {
+                let me = self.me.as_str();
+                let dropped = d.retain_owned(|id| ring.owners(id, 2).contains(&me));
+                if dropped > 0 {
+                    tracing::debug!(
+                        entries = dropped,
+                        "directory entries handed over to their new owners"
+                    );
+                }
+            }
+            d.set_ring(fingerprint, ring.members().to_vec());
+            tracing::debug!(members = ?ring.members(), ring = fingerprint, "new ring");
+            *lock(&self.ring) = ring;
+        }
         self.directory_changed.notify_waiters();
         self.rejoin.notify_one();
     }

@@ -2,7 +2,7 @@
 //! directory updates and lookups routed to each id's owner and backup,
 //! cluster-wide contains, delete and list.
 
-use super::directory::{Change, Entry, State};
+use super::directory::{Change, Claim, Entry, State};
 use super::{lock, pb, wire_error, Cluster};
 use ferroplasma_protocol::pb as wire;
 use ferroplasma_protocol::{pack_ids, unpack_ids, ObjectId};
@@ -66,13 +66,21 @@ pub fn change_of(op: &pb::Op) -> Option<Change> {
 }
 
 impl Cluster {
-    async fn claim_at(&self, target: &str, id: ObjectId) -> Result<bool, tonic::Status> {
+    async fn claim_at(
+        &self,
+        target: &str,
+        id: ObjectId,
+        ring: u64,
+        rejoin: bool,
+    ) -> Result<bool, tonic::Status> {
         if target == self.me {
-            return self.claim_local(id, &self.me);
+            return self.claim_local(id, &self.me, ring, rejoin);
         }
         let msg = pb::ClaimRequest {
             node: self.me.clone(),
             object_ids: id.0.to_vec(),
+            ring,
+            rejoin,
         };
         let mut c = self.peers.get(target)?;
         let r = c.claim(self.peers.request(msg, Duration::ZERO)).await?;
@@ -112,17 +120,65 @@ impl Cluster {
             }
             let _ = tokio::time::timeout(Duration::from_millis(100), sent).await;
         }
-        self.claim_unordered(id).await
+        // Just after a membership change the directory members answer
+        // nothing until the ring is agreed on and rebuilt: ask again until
+        // they do (or the wait is over).
+        let mut pause = Duration::from_millis(10);
+        let mut was_granted = false;
+        let answer = loop {
+            match self.claim_unordered(id, false).await {
+                Ok((true, ring)) => {
+                    // Granted in `ring`. If the ring changed meanwhile, the
+                    // re-registration may have missed this claim (the
+                    // object is not in the store yet): claim again in the
+                    // new ring. From here on, re-registrations re-claim it,
+                    // until its object is sealed or aborted.
+                    lock(&self.granted).insert(id);
+                    was_granted = true;
+                    if lock(&self.directory).ring() == ring {
+                        return Ok(true);
+                    }
+                }
+                Ok((false, _)) => break Ok(false),
+                Err(e) if tokio::time::Instant::now() + pause >= give_up => break Err(e),
+                Err(_) => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        };
+        if was_granted {
+            // Granted in an earlier ring, refused (or unanswered) now: take
+            // it back wherever it is still recorded.
+            // (Unless a create of this id on another connection here has
+            // landed meanwhile: the claim is that object's.)
+            lock(&self.granted).remove(&id);
+            let mut sh = self.shared.lock();
+            if !sh.store.exists(&id) {
+                sh.deliver(ferroplasma_store::Effects {
+                    aborted: vec![id],
+                    ..Default::default()
+                });
+            }
+        }
+        answer
     }
 
-    /// [`Cluster::claim`] without waiting for this id's news to be sent:
-    /// for the agent itself, re-claiming what it creates after a ring change.
-    pub(super) async fn claim_unordered(&self, id: ObjectId) -> Result<bool, wire::Error> {
+    /// One round of [`Cluster::claim`] (no waiting for this id's news to be
+    /// sent; the agent uses it to re-claim, `rejoin`, what it creates after
+    /// a ring change). Returns the answer and the ring it was asked in.
+    pub(super) async fn claim_unordered(
+        &self,
+        id: ObjectId,
+        rejoin: bool,
+    ) -> Result<(bool, u64), wire::Error> {
         self.counters.claims.fetch_add(1, Ordering::Relaxed);
-        let t = self.targets(&id);
-        let (owner, backup) = tokio::join!(self.claim_at(&t[0], id), async {
+        let (t, ring) = {
+            let d = lock(&self.directory);
+            (self.targets(&id), d.ring())
+        };
+        let (owner, backup) = tokio::join!(self.claim_at(&t[0], id, ring, rejoin), async {
             match t.get(1) {
-                Some(b) => Some(self.claim_at(b, id).await),
+                Some(b) => Some(self.claim_at(b, id, ring, rejoin).await),
                 None => None,
             }
         });
@@ -132,7 +188,7 @@ impl Cluster {
             _ => Answer::Silent,
         });
         let (granted, undo) = claim_verdict(answers);
-        tracing::debug!(%id, owner = %t[0], ?answers, ?granted, "claim");
+        tracing::debug!(%id, owner = %t[0], ?answers, ?granted, rejoin, "claim");
         for (i, target) in t.iter().take(2).enumerate() {
             if undo[i] {
                 // The other refused: take back this grant, or the id stays
@@ -142,44 +198,45 @@ impl Cluster {
                     object_id: id.0.to_vec(),
                     ..Default::default()
                 };
-                if let Err(e) = self.update_at(target, &self.me, vec![op], false).await {
+                if let Err(e) = self.update_at(target, &self.me, vec![op], false, 0).await {
                     tracing::debug!(member = %target, error = %e, "could not take back a claim");
                 }
             }
         }
-        match (granted, owner) {
-            (Some(g), _) => Ok(g),
-            (None, Err(e)) => Err(unavailable("claiming the id", &e)),
-            (None, Ok(_)) => Ok(false), // not reached: an answer from the owner decides
+        match (granted, owner, backup) {
+            (Some(g), _, _) => Ok((g, ring)),
+            (None, Err(e), _) | (None, _, Some(Err(e))) => Err(unavailable("claiming the id", &e)),
+            (None, Ok(_), _) => Ok((false, ring)), // not reached: an answer decides
         }
     }
 
-    /// Answers a claim of `id` by `node` from this member's directory. Just
-    /// after a ring change a member that has newly become the id's owner or
-    /// backup may not have heard yet of its object (the holders are
-    /// re-registering): an id it does not know then gets no answer
-    /// (`Unavailable`) rather than a grant, and the other directory member,
-    /// which answered for the id before, decides.
-    pub(super) fn claim_local(&self, id: ObjectId, node: &str) -> Result<bool, tonic::Status> {
-        let mut d = lock(&self.directory);
-        let vouches = || {
-            lock(&self.previous_ring)
-                .as_ref()
-                .is_some_and(|r| r.owners(&id, 2).contains(&self.me.as_str()))
-        };
-        if d.lookup(&id).is_none()
-            && lock(&self.ring_changed_at).elapsed() < self.peer_timeout
-            && !vouches()
-        {
+    /// Answers a claim of `id` by `node` made in ring `ring` from this
+    /// member's directory (see [`super::directory::Directory::claim_in_ring`]): a
+    /// grant only when both see the same ring and every member of it has
+    /// re-registered since it formed; otherwise no answer (`Unavailable`),
+    /// and the claimant asks again.
+    pub(super) fn claim_local(
+        &self,
+        id: ObjectId,
+        node: &str,
+        ring: u64,
+        rejoin: bool,
+    ) -> Result<bool, tonic::Status> {
+        if !rejoin && !self.settled() {
             return Err(tonic::Status::unavailable(
-                "the directory is being rebuilt after a membership change",
+                "this member has just started and has not met every member yet",
             ));
         }
+        let mut d = lock(&self.directory);
         let before = tracing::enabled!(tracing::Level::TRACE)
             .then(|| d.lookup(&id).map(|e| e.state.clone()));
-        let granted = d.claim(id, node);
-        tracing::trace!(%id, node, ?before, granted, "claim answered");
-        Ok(granted)
+        let answer = d.claim_in_ring(id, node, ring, rejoin);
+        tracing::trace!(%id, node, ?before, ?answer, "claim answered");
+        match answer {
+            Claim::Granted => Ok(true),
+            Claim::Refused => Ok(false),
+            Claim::NotNow(why) => Err(tonic::Status::unavailable(why)),
+        }
     }
 
     /// Applies `ops` about `node`'s copies at `target`; returns the refused
@@ -191,14 +248,16 @@ impl Cluster {
         node: &str,
         ops: Vec<pb::Op>,
         rejoin: bool,
+        synced_ring: u64,
     ) -> Result<Vec<ObjectId>, tonic::Status> {
         if target == self.me {
-            return Ok(self.apply_update(node, &ops, rejoin));
+            return Ok(self.apply_update(node, &ops, rejoin, synced_ring));
         }
         let msg = pb::UpdateRequest {
             node: node.to_string(),
             ops,
             rejoin,
+            synced_ring,
         };
         let mut c = self.peers.get(target)?;
         let r = c.update(self.peers.request(msg, Duration::ZERO)).await?;
@@ -206,10 +265,27 @@ impl Cluster {
     }
 
     /// Applies directory changes reported by `node`; returns refused ids.
-    pub(super) fn apply_update(&self, node: &str, ops: &[pb::Op], rejoin: bool) -> Vec<ObjectId> {
+    /// `synced_ring` (non-zero): with these, `node` has re-registered all
+    /// it holds for that ring.
+    pub(super) fn apply_update(
+        &self,
+        node: &str,
+        ops: &[pb::Op],
+        rejoin: bool,
+        synced_ring: u64,
+    ) -> Vec<ObjectId> {
         let mut refused = Vec::new();
         {
             let mut d = lock(&self.directory);
+            if synced_ring != 0 {
+                d.synced(node, synced_ring);
+                tracing::debug!(
+                    node,
+                    ring = synced_ring,
+                    complete = d.is_complete(),
+                    "member re-registered"
+                );
+            }
             for op in ops {
                 let (Ok(id), Some(ch)) = (ObjectId::from_slice(&op.object_id), change_of(op))
                 else {

@@ -23,6 +23,29 @@ pub struct Ring {
     members: Vec<String>,
 }
 
+/// A fingerprint of a ring's members (name, incarnation, directory epoch),
+/// the same on every member that knows the same: FNV-1a, written out here
+/// because it must not change between builds or platforms (std's hasher
+/// may). Never 0 (0 means "no ring" on the wire).
+pub fn fingerprint<'a>(members: impl IntoIterator<Item = (&'a str, u64, u64)>) -> u64 {
+    let mut sorted: Vec<_> = members.into_iter().collect();
+    sorted.sort_unstable();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for (name, incarnation, epoch) in sorted {
+        eat(&(name.len() as u64).to_le_bytes());
+        eat(name.as_bytes());
+        eat(&incarnation.to_le_bytes());
+        eat(&epoch.to_le_bytes());
+    }
+    h | 1
+}
+
 impl Ring {
     /// A ring of these members (names are their cluster addresses).
     pub fn new<I, S>(members: I) -> Self

@@ -103,7 +103,7 @@ impl Peer for Service {
         let ids = ids(&r.object_ids)?;
         let granted = ids
             .into_iter()
-            .map(|id| self.0.claim_local(id, &r.node))
+            .map(|id| self.0.claim_local(id, &r.node, r.ring, r.rejoin))
             .collect::<Result<Vec<bool>, Status>>()?;
         Ok(Response::new(pb::ClaimReply { granted }))
     }
@@ -116,7 +116,9 @@ impl Peer for Service {
         if r.ops.len() > super::agent::MAX_OPS.max(MAX_IDS) {
             return Err(Status::invalid_argument("too many ops in one update"));
         }
-        let refused = self.0.apply_update(&r.node, &r.ops, r.rejoin);
+        let refused = self
+            .0
+            .apply_update(&r.node, &r.ops, r.rejoin, r.synced_ring);
         Ok(Response::new(pb::UpdateReply {
             refused_ids: pack_ids(&refused),
         }))

@@ -67,3 +67,31 @@ fn a_busy_store_thread_does_not_stop_heartbeats() {
     driver.join().unwrap();
     drop(rt_a);
 }
+
+/// A member that has just (re)started and not yet met every member named to
+/// it does not know the ring: a claim another member sends it then gets no
+/// answer (it used to be granted at once, from a directory that knew
+/// nothing yet, and one id came to name two objects: the nemesis found it).
+#[test]
+fn a_member_that_has_not_met_its_peers_grants_no_claim() {
+    let rt = runtime();
+    // Named a peer that never answers: not settled for a peer timeout.
+    let fresh = member(&rt, vec!["127.0.0.1:9".into()]);
+    let asker = member(&rt, vec![]);
+    let msg = super::pb::ClaimRequest {
+        node: asker.me().to_string(),
+        object_ids: ferroplasma_protocol::ObjectId::random().0.to_vec(),
+        ..Default::default()
+    };
+    let answer = rt.block_on(async {
+        let mut c = asker.peers.get(fresh.me()).expect("channel");
+        c.claim(asker.peers.request(msg, Duration::ZERO)).await
+    });
+    match answer {
+        Err(s) => assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}"),
+        Ok(r) => panic!(
+            "answered {:?} before knowing the ring",
+            r.into_inner().granted
+        ),
+    }
+}

@@ -7,6 +7,18 @@ use crate::cluster::Completion;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
 
+/// Gives back the claim of `id` unless the store holds an object of that
+/// id (see [`Connection::unclaim`]).
+pub(super) fn unclaim(shared: &crate::shared::SharedRef, id: ObjectId) {
+    let mut sh = shared.lock();
+    if !sh.store.exists(&id) {
+        sh.deliver(ferroplasma_store::Effects {
+            aborted: vec![id],
+            ..Default::default()
+        });
+    }
+}
+
 impl Connection {
     /// In a cluster, a create first claims its id cluster-wide (the create
     /// resumes in `on_completion`); an id taken locally needs no round trip
@@ -22,6 +34,7 @@ impl Connection {
             return;
         };
         let tx = self.done_tx.clone();
+        let shared = self.shared.clone();
         tokio::spawn(async move {
             let result = match cl.claim(id).await {
                 Ok(true) => Ok(()),
@@ -32,11 +45,17 @@ impl Connection {
                 )),
                 Err(e) => Err(e),
             };
-            let _ = tx.send(Completion::Claimed {
+            let granted = result.is_ok();
+            let undelivered = tx.send(Completion::Claimed {
                 request_id: rid,
                 request,
                 result,
             });
+            if undelivered.is_err() && granted {
+                // The client left while the claim was out: nobody creates
+                // the object, so the id goes back.
+                unclaim(&shared, id);
+            }
         });
     }
 
@@ -62,13 +81,7 @@ impl Connection {
     /// would let another member create the id again.
     pub(super) fn unclaim(&self, id: ObjectId) {
         if self.cluster.is_some() {
-            let mut sh = self.shared.lock();
-            if !sh.store.exists(&id) {
-                sh.deliver(ferroplasma_store::Effects {
-                    aborted: vec![id],
-                    ..Default::default()
-                });
-            }
+            unclaim(&self.shared, id);
         }
     }
 

@@ -33,14 +33,14 @@ enum Then {
 #[derive(Debug)]
 pub(super) struct PendingCreate {
     request_id: u64,
-    id: ObjectId,
+    pub(super) id: ObjectId,
     data_size: u64,
     then: Then,
     pub(super) deadline: Option<Instant>,
     /// Waits only while spills are under way (`wait_ms == 0`).
     only_for_spills: bool,
     /// The id is claimed cluster-wide: release the claim if the create fails.
-    claimed: bool,
+    pub(super) claimed: bool,
 }
 
 impl PendingCreate {

@@ -223,10 +223,16 @@ struct Connection {
 }
 
 impl Drop for Connection {
-    /// Its parked creates stop waiting (and counting in the stats).
+    /// Its parked creates stop waiting (and counting in the stats), and
+    /// give back their ids' cluster claims.
     fn drop(&mut self) {
         if !self.creates.is_empty() {
             self.shared.lock().waiting_creates -= self.creates.len();
+            if self.cluster.is_some() {
+                for p in self.creates.iter().filter(|p| p.claimed) {
+                    continuations::unclaim(&self.shared, p.id);
+                }
+            }
         }
     }
 }
