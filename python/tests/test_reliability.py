@@ -98,3 +98,37 @@ def test_a_dying_store_raises_store_unavailable():
         assert isinstance(got["error"], fp.errors.Disconnected)
         with pytest.raises(fp.errors.StoreUnavailable):
             c.put(b"x" * 100_000)
+
+
+def test_ctrl_c_interrupts_a_get_that_waits_forever_and_the_client_stays_usable(client):
+    """SIGINT in a get with no timeout raises KeyboardInterrupt at once (it
+    used to break the connection: "Interrupted system call"), and the same
+    client goes on working."""
+    main = threading.main_thread().ident
+    timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        client.get(fp.ObjectID.from_random())  # never created: waits forever
+    timer.join()
+    assert time.monotonic() - t0 < 5
+    oid = client.put(b"after the interrupt")
+    assert client.get(oid, timeout=5) == b"after the interrupt"
+    assert client.contains(oid)
+
+
+def test_a_signal_whose_handler_raises_nothing_does_not_disturb_a_get(client):
+    hits = []
+    old = signal.signal(signal.SIGUSR1, lambda *_: hits.append(1))
+    try:
+        main = threading.main_thread().ident
+        timer = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGUSR1))
+        timer.start()
+        missing = fp.ObjectID.from_random()
+        assert client.get(missing, timeout=1.0) is fp.NotAvailable
+        timer.join()
+        assert hits == [1]
+        oid = client.put(b"still connected")
+        assert client.get(oid, timeout=5) == b"still connected"
+    finally:
+        signal.signal(signal.SIGUSR1, old)

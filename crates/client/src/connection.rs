@@ -86,13 +86,16 @@ fn recv_reply_with_fds(stream: &UnixStream) -> Result<(pb::Reply, Vec<OwnedFd>, 
         }
         let mut cmsg = nix::cmsg_space!([RawFd; 8]);
         let mut iov = [IoSliceMut::new(&mut chunk)];
-        let msg = recvmsg::<()>(
+        let msg = match recvmsg::<()>(
             stream.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
             MsgFlags::MSG_CMSG_CLOEXEC,
-        )
-        .map_err(|e| ClientError::Disconnected(e.into()))?;
+        ) {
+            // A signal: nothing was read; read again.
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => r.map_err(|e| ClientError::Disconnected(e.into()))?,
+        };
         let n = msg.bytes;
         for c in msg
             .cmsgs()

@@ -77,6 +77,18 @@ pub enum ClientError {
     /// The connection to the store broke.
     #[error("lost the connection to the store: {0}")]
     Disconnected(#[source] std::io::Error),
+    /// A signal interrupted the wait for the store's reply and the
+    /// installed interrupt check abandoned the call (see
+    /// [`crate::interrupt`]); the connection is still usable.
+    #[error("interrupted by a signal while waiting for the store; the request was abandoned")]
+    Interrupted,
+}
+
+impl ClientError {
+    /// A read that a signal interrupted (`EINTR`): not a broken connection.
+    pub(crate) fn is_signal(&self) -> bool {
+        matches!(self, ClientError::Disconnected(io) if io.kind() == std::io::ErrorKind::Interrupted)
+    }
 }
 
 impl From<ProtocolError> for ClientError {

@@ -21,6 +21,7 @@
 //!   request or sent by a flusher thread within 1 ms.
 //! - `connection` — the socket, the handshake and reading replies.
 //! - `fork` — cheap detection of use after `fork()`.
+//! - [`interrupt`] — what a wait for a reply does when a signal arrives.
 
 pub mod buffer;
 pub mod client;
@@ -28,6 +29,7 @@ mod connection;
 mod creators;
 pub mod error;
 mod fork;
+pub mod interrupt;
 pub mod mapping;
 mod releases;
 mod session;
@@ -38,6 +40,7 @@ pub use client::{Client, ClusterStatus, DeleteStatus, ObjectInfo, Stats};
 pub use error::{ClientError, Result};
 pub use ferroplasma_protocol::pb::{MemberHealth, MemberStatus};
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
+pub use interrupt::set_interrupt_check;
 pub use subscription::{
     decode_event_frames, decode_plasma_event, Event, EventFraming, EventKind, Subscription,
 };

@@ -52,6 +52,9 @@ struct Replies {
     waiting: usize,
     /// The connection broke: every waiter gets this error.
     broken: Option<(std::io::ErrorKind, String)>,
+    /// Calls abandoned after a signal: their replies are dropped when they
+    /// come (with the ids a get asked for, whose references go back).
+    abandoned: HashMap<u64, Option<Vec<u8>>>,
 }
 
 impl Session {
@@ -115,6 +118,10 @@ impl Session {
             r.next_id += 1;
             r.next_id
         };
+        let asked = match &body {
+            request::Body::Get(g) => Some(g.object_ids.clone()),
+            _ => None,
+        };
         let frame = ferroplasma_protocol::frame::encode_frame(&pb::Request {
             request_id: id,
             body: Some(body),
@@ -160,14 +167,42 @@ impl Session {
                     r.broken = Some((std::io::ErrorKind::InvalidData, msg.clone()));
                     return Err(ClientError::Protocol(msg));
                 }
-                Ok(reply) => {
-                    r.done.insert(reply.request_id, reply);
+                Ok(reply) => match r.abandoned.remove(&reply.request_id) {
+                    Some(asked) => self.drop_abandoned(reply, asked),
+                    None => {
+                        r.done.insert(reply.request_id, reply);
+                    }
+                },
+                Err(e) if e.is_signal() => {
+                    if crate::interrupt::abandon() {
+                        r.abandoned.insert(id, asked);
+                        return Err(ClientError::Interrupted);
+                    }
                 }
                 Err(e) => {
                     r.broken = Some((std::io::ErrorKind::BrokenPipe, e.to_string()));
                     return Err(e);
                 }
             }
+        }
+    }
+
+    /// The late reply of an abandoned call: the references a get reply
+    /// carries go back with the next request.
+    fn drop_abandoned(&self, reply: pb::Reply, asked: Option<Vec<u8>>) {
+        let (Some(reply::Body::Get(g)), Some(asked)) = (reply.body, asked) else {
+            return;
+        };
+        let ids = ferroplasma_protocol::unpack_ids(&asked).unwrap_or_default();
+        let found: Vec<ObjectId> = ids
+            .into_iter()
+            .zip(g.results)
+            .filter(|(_, r)| r.location.is_some())
+            .map(|(id, _)| id)
+            .collect();
+        if self.releases.defer(found) {
+            // No flusher here: they go with the next request.
+            self.releases.flusher_not_started();
         }
     }
 

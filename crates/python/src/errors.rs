@@ -35,6 +35,9 @@ pub fn to_py(e: ClientError) -> PyErr {
         ClientError::Disconnected(_) => Disconnected::new_err(msg),
         ClientError::ObjectLost { .. } => ObjectLost::new_err(msg),
         ClientError::ClusterUnavailable(_) => ClusterUnavailable::new_err(msg),
+        // A signal handler raised (Ctrl-C: KeyboardInterrupt): that error.
+        ClientError::Interrupted => Python::attach(PyErr::take)
+            .unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(msg)),
     }
 }
 

@@ -33,8 +33,22 @@ fn default_socket() -> String {
         .into_owned()
 }
 
+/// Runs Python's signal handlers from a call waiting for the store that a
+/// signal interrupted: true (abandon the call) when one raised, e.g.
+/// `KeyboardInterrupt` on Ctrl-C; the exception stays set for the caller.
+fn signal_raised() -> bool {
+    Python::attach(|py| match py.check_signals() {
+        Ok(()) => false,
+        Err(e) => {
+            e.restore(py);
+            true
+        }
+    })
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    ferroplasma_client::set_interrupt_check(signal_raised);
     m.add_class::<client::NativeClient>()?;
     m.add_class::<buffers::Buffer>()?;
     m.add_class::<buffers::WritableBuffer>()?;
