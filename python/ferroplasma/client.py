@@ -283,7 +283,8 @@ class Client:
         cluster token) —, capacity, used, objects,
         last_seen in seconds) and this store's transfer counters (fetches,
         fetched_bytes, served, served_bytes, lookups, claims,
-        directory_entries)."""
+        directory_entries, and updates_pending: objects whose news this
+        store has not yet delivered to the directory)."""
         return self._native.cluster_status()
 
     def evict(self, num_bytes: int) -> int:

@@ -41,8 +41,17 @@ impl Conn {
                 client_name: name.to_string(),
             })),
         };
-        write_message(&mut stream, &req)?;
-        let (reply, fds, rest) = recv_reply_with_fds(&stream)?;
+        // A store that refuses the connection (too many clients) says why
+        // and closes at once: the write may then fail (broken pipe) with the
+        // reason already waiting to be read.
+        let wrote = write_message(&mut stream, &req);
+        let (reply, fds, rest) = match recv_reply_with_fds(&stream) {
+            Ok(r) => r,
+            Err(e) => {
+                wrote?;
+                return Err(e);
+            }
+        };
         let conn = Conn {
             reader: FrameReader::new(stream, FrameCodec::REPLIES).with_buffered(&rest),
         };

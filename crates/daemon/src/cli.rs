@@ -189,14 +189,15 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 );
             }
             println!(
-                "pulled {} objects ({}), served {} ({}); {} lookups, {} claims sent; {} directory entries kept",
+                "pulled {} objects ({}), served {} ({}); {} lookups, {} claims sent; {} directory entries kept; {} updates pending",
                 s.fetches,
                 human(s.fetched_bytes),
                 s.served,
                 human(s.served_bytes),
                 s.lookups,
                 s.claims,
-                s.directory_entries
+                s.directory_entries,
+                s.updates_pending
             );
             Ok(())
         }

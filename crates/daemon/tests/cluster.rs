@@ -570,7 +570,7 @@ fn a_delete_while_a_holder_is_paused_completes_when_it_returns() {
         put(&a, id, 5000);
         check(&b, id, 5000, Duration::from_secs(10)); // B pulls a copy
         eventually("both copies registered", Duration::from_secs(10), || {
-            copies(&a, id) == 2
+            copies(&a, id) == 2 && b.cluster_status().unwrap().updates_pending == 0
         });
         signal(&m[1], "-STOP");
         if declared_dead {

