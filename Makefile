@@ -36,8 +36,9 @@ test: test-rust test-python test-plasma ## Run every test (Rust, Python and Plas
 
 # Tests that need root (network namespaces, other users) are marked ignored,
 # so that elsewhere they are reported as skipped; as root they run here.
-test-rust: ## Rust unit, property and integration tests (root-only ones when root)
+test-rust: ## Rust unit, property and integration tests (root-only ones when root), and the loom model of the shared table
 	$(CARGO) test --workspace
+	RUSTFLAGS="--cfg ferroplasma_loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p ferroplasma-protocol --test table_model
 	@if [ "$$(id -u)" = 0 ]; then \
 	  $(CARGO) test -p ferroplasma-daemon -- --ignored root_; \
 	else echo "test-rust: root-only tests skipped (not root)"; fi

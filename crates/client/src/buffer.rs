@@ -25,6 +25,9 @@ pub struct ObjectBuffer {
     /// For the buffer `Client::seal` returned: the token of the create whose
     /// reference it holds (the creator's, ended once; see `creators`).
     pub(crate) creator: Option<u64>,
+    /// For a buffer read through the shared table: the slot it holds
+    /// (given back on drop instead of a release to the store).
+    pub(crate) hold: Option<usize>,
 }
 
 // Safety: the pointers refer to the shared mapping, which `session` keeps
@@ -69,9 +72,10 @@ impl AsRef<[u8]> for ObjectBuffer {
 impl Drop for ObjectBuffer {
     fn drop(&mut self) {
         if self.armed {
-            match self.creator {
-                Some(token) => self.session.release_creator(self.id, token),
-                None => self.session.release_quietly(self.id),
+            match (self.hold, self.creator) {
+                (Some(slot), _) => self.session.give_back_hold(self.id, slot),
+                (None, Some(token)) => self.session.release_creator(self.id, token),
+                (None, None) => self.session.release_quietly(self.id),
             }
         }
     }
@@ -173,6 +177,7 @@ impl MutableBuffer {
             meta_len: self.meta_len,
             armed: true,
             creator: Some(self.token),
+            hold: None,
         }
     }
 }

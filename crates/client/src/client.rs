@@ -6,6 +6,7 @@ use crate::session::Session;
 use crate::subscription::Subscription;
 use ferroplasma_protocol::layout::metadata_offset;
 use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_protocol::table::Take;
 use ferroplasma_protocol::ObjectId;
 use std::path::Path;
 use std::sync::Arc;
@@ -239,6 +240,70 @@ impl Client {
         ids: &[ObjectId],
         timeout: Option<Duration>,
     ) -> Result<Vec<Option<ObjectBuffer>>> {
+        let Some(fast) = self.inner.fast.as_ref() else {
+            return self.get_from_store(ids, timeout);
+        };
+        self.inner.check_pid()?;
+        // Sealed local objects come straight from the shared table; the rest
+        // (not sealed yet, spilled, on another member, or busy) from the
+        // store, in one request.
+        let mut out: Vec<Option<ObjectBuffer>> = Vec::with_capacity(ids.len());
+        let mut rest: Vec<usize> = Vec::new();
+        for (pos, id) in ids.iter().enumerate() {
+            match fast.take(id) {
+                Take::Held(slot, v) => {
+                    // Counted as held first: an error below still gives the
+                    // hold back (through the buffer's Drop or here).
+                    self.inner.releases.add_held(*id);
+                    let data = self.inner.checked_ptr(v.offset, v.data_size);
+                    let meta = self
+                        .inner
+                        .checked_ptr(v.offset + metadata_offset(v.data_size), v.metadata_size);
+                    match (data, meta) {
+                        (Ok(d), Ok(m)) => out.push(Some(ObjectBuffer {
+                            session: self.inner.clone(),
+                            id: *id,
+                            data: d,
+                            data_len: v.data_size as usize,
+                            meta: m,
+                            meta_len: v.metadata_size as usize,
+                            armed: true,
+                            creator: None,
+                            hold: Some(slot),
+                        })),
+                        (Err(e), _) | (_, Err(e)) => {
+                            self.inner.give_back_hold(*id, slot);
+                            return Err(e);
+                        }
+                    }
+                }
+                Take::ReleaseThenAsk => {
+                    self.inner.release_adopted(*id);
+                    out.push(None);
+                    rest.push(pos);
+                }
+                Take::Absent | Take::Busy => {
+                    out.push(None);
+                    rest.push(pos);
+                }
+            }
+        }
+        if rest.is_empty() {
+            return Ok(out);
+        }
+        let asked: Vec<ObjectId> = rest.iter().map(|&p| ids[p]).collect();
+        for (p, b) in rest.into_iter().zip(self.get_from_store(&asked, timeout)?) {
+            out[p] = b;
+        }
+        Ok(out)
+    }
+
+    /// [`Client::get`], asking the store for every object.
+    fn get_from_store(
+        &self,
+        ids: &[ObjectId],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<Option<ObjectBuffer>>> {
         let timeout_ms = match timeout {
             None => -1,
             Some(d) => d.as_millis().min(i64::MAX as u128) as i64,
@@ -287,6 +352,7 @@ impl Client {
                     meta_len: loc.metadata_size as usize,
                     armed: true,
                     creator: None,
+                    hold: None,
                 })),
                 (Err(e), _) | (_, Err(e)) => {
                     self.inner.release_quietly(*id);
@@ -315,6 +381,10 @@ impl Client {
     pub fn release_buffers(&self, buffers: impl IntoIterator<Item = ObjectBuffer>) -> Result<()> {
         let mut ids = Vec::new();
         for mut b in buffers {
+            if b.hold.is_some() {
+                drop(b); // a hold on the shared table: given back here
+                continue;
+            }
             // The reference is given back below, in one message, not by Drop.
             b.armed = false;
             let give_back = match b.creator {
@@ -336,6 +406,15 @@ impl Client {
     /// Whether each object is sealed in this store or, with `cluster`, on
     /// any live member of its cluster.
     pub fn contains_in(&self, ids: &[ObjectId], cluster: bool) -> Result<Vec<bool>> {
+        if let Some(fast) = self.inner.fast.as_ref() {
+            self.inner.check_pid()?;
+            // Sealed local objects are in the shared table; only the others
+            // (being created, spilled, or elsewhere) need the store.
+            let found: Vec<bool> = ids.iter().map(|id| fast.contains(id)).collect();
+            if found.iter().all(|&f| f) {
+                return Ok(found);
+            }
+        }
         let body = self.call(request::Body::Contains(pb::Contains {
             object_ids: ferroplasma_protocol::pack_ids(ids),
             cluster,

@@ -20,6 +20,8 @@
 //! - `releases` — references held, and releases batched into the next
 //!   request or sent by a flusher thread within 1 ms.
 //! - `connection` — the socket, the handshake and reading replies.
+//! - `fast` — the store's object table in shared memory: gets, contains
+//!   and releases of sealed local objects without a round trip.
 //! - `fork` — cheap detection of use after `fork()`.
 //! - [`interrupt`] — what a wait for a reply does when a signal arrives.
 
@@ -28,6 +30,7 @@ pub mod client;
 mod connection;
 mod creators;
 pub mod error;
+mod fast;
 mod fork;
 pub mod interrupt;
 pub mod mapping;

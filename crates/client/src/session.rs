@@ -6,6 +6,7 @@
 use crate::connection::Conn;
 use crate::creators::CreatorRelease;
 use crate::error::{ClientError, Result};
+use crate::fast::FastView;
 use crate::mapping::Mapping;
 use crate::releases::{Releases, RELEASE_DELAY};
 use ferroplasma_protocol::pb::{self, reply, request};
@@ -38,6 +39,9 @@ pub(crate) struct Session {
     writer: Mutex<UnixStream>,
     /// References held and releases not sent yet.
     pub(crate) releases: Releases,
+    /// The store's object table in shared memory (gets without a round
+    /// trip), if it publishes one.
+    pub(crate) fast: Option<FastView>,
 }
 
 /// Replies in flight between threads sharing one session.
@@ -67,10 +71,16 @@ impl Session {
             .arenas
             .first()
             .ok_or_else(|| ClientError::Protocol("the store announced no arena".into()))?;
-        let fd =
-            hs.fds.into_iter().next().ok_or_else(|| {
-                ClientError::Protocol("the store sent no arena descriptor".into())
-            })?;
+        let mut fds = hs.fds.into_iter();
+        let fd = fds
+            .next()
+            .ok_or_else(|| ClientError::Protocol("the store sent no arena descriptor".into()))?;
+        let fast = match (hs.reply.table_slots, fds.next(), fds.next()) {
+            // A table that cannot be mapped is not fatal: every operation
+            // then asks the store.
+            (n, Some(table), Some(holds)) if n > 0 => FastView::map(table, holds, n).ok(),
+            _ => None,
+        };
         let file = File::from(fd);
         // The descriptor is a memfd or an unlinked file owned by the store; it
         // is never truncated while the store runs, so the mapped range stays
@@ -96,6 +106,7 @@ impl Session {
             max_inline: hs.reply.max_inline_size,
             socket: path,
             releases: Releases::default(),
+            fast,
         })
     }
 
@@ -293,6 +304,25 @@ impl Session {
         if self.check_pid().is_ok() && self.releases.take_held(id) {
             self.defer_releases(vec![id]);
         }
+    }
+
+    /// From the drop of a buffer read through the shared table: gives its
+    /// hold on `slot` back (and, if the store had adopted it, the reference
+    /// over the socket).
+    pub(crate) fn give_back_hold(self: &Arc<Self>, id: ObjectId, slot: usize) {
+        if self.check_pid().is_err() {
+            return;
+        }
+        self.releases.take_held(id);
+        if self.fast.as_ref().is_some_and(|f| f.give_back(slot)) {
+            self.defer_releases(vec![id]);
+        }
+    }
+
+    /// The store adopted a hold this client took and gave back at once:
+    /// release the reference it became.
+    pub(crate) fn release_adopted(self: &Arc<Self>, id: ObjectId) {
+        self.defer_releases(vec![id]);
     }
 
     /// From the drop of the buffer of create `token`: gives the creator's

@@ -51,6 +51,29 @@ impl Arena {
         self.file.as_fd()
     }
 
+    /// A second descriptor of the same memory (to send to a client).
+    pub fn dup_fd(&self) -> Result<OwnedFd, DaemonError> {
+        self.file
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| DaemonError::arena("duplicating a descriptor", e))
+    }
+
+    /// A descriptor of the same memory opened read-only: a client can map
+    /// it, but the kernel refuses to map it writable.
+    pub fn read_only_fd(&self) -> Result<OwnedFd, DaemonError> {
+        use std::os::fd::AsRawFd;
+        let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        std::fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|e| DaemonError::arena(format!("reopening {path} read-only"), e))
+    }
+
+    /// The start of the mapping (for typed views of shared structures).
+    pub fn ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
     /// Copies `bytes` into the arena at `offset`.
     ///
     /// # Panics

@@ -72,6 +72,16 @@ pub struct StoreConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_clients: u32,
 
+    /// Publish an object table of N slots in shared memory, through which
+    /// clients get, check and release sealed objects without asking the
+    /// store (64 bytes per slot; each client's holds take 4 bytes per slot;
+    /// pages are touched as they are used; 262144 is a good size). 0, the
+    /// default for now, asks the store for everything: with the table on,
+    /// `list`'s reference counts, `stats`' referenced objects and the LRU
+    /// order do not yet count reads made through it (docs/protocol.md).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub table_slots: u32,
+
     /// User ids allowed to connect (checked with SO_PEERCRED), comma
     /// separated. Default: the store's own user and root.
     #[arg(long, value_name = "UID,...", value_delimiter = ',')]
@@ -166,6 +176,7 @@ impl StoreConfig {
             spill_limit: None,
             exit_with_parent: false,
             max_clients: DEFAULT_MAX_CLIENTS,
+            table_slots: 0,
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),
             cluster_listen: None,

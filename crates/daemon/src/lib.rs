@@ -9,6 +9,8 @@
 //! - `connection` — one client: handshake, requests, parked gets, events.
 //! - `shared` — the state machine behind a mutex plus per-client notice queues.
 //! - [`arena`] — the memfd/file-backed mapping handed to clients.
+//! - `fast_table` — the object table published in shared memory (reads
+//!   without a round trip) and every client's holds.
 //! - `listener` — socket creation, stale-socket and live-store detection.
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
 //! - `spill` — the spill directory's segment files (write, read back, remove).
@@ -24,6 +26,7 @@ pub mod config;
 mod connection;
 mod convert;
 pub mod error;
+mod fast_table;
 mod fdpass;
 mod listener;
 pub mod server;

@@ -3,6 +3,7 @@
 use crate::arena::Arena;
 use crate::cluster::Cluster;
 use crate::config::{human, StoreConfig};
+use crate::fast_table::FastTable;
 use crate::shared::SharedRef;
 use crate::spill::SpillDir;
 use crate::{connection, listener, DaemonError};
@@ -44,7 +45,11 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         }
         _ => (Store::new(memory), None),
     };
-    let shared = SharedRef::new(store, arena, spill);
+    let fast = match config.table_slots {
+        0 => None,
+        n => Some(Arc::new(FastTable::create(n as usize)?)),
+    };
+    let shared = SharedRef::new(store, arena, spill, fast);
     let cluster = match cluster_config {
         Some(c) => Some(Cluster::start(c, shared.clone()).await?),
         None => None,

@@ -3,6 +3,7 @@
 //! an `.await`.
 
 use crate::arena::Arena;
+use crate::fast_table::FastTable;
 use crate::spill::SpillDir;
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{ClientId, Effects, Notice, Store, StoreError};
@@ -22,6 +23,8 @@ pub struct Shared {
     pub store: Store,
     /// The memory objects live in.
     pub arena: Arc<Arena>,
+    /// The object table published in shared memory, if on.
+    pub fast: Option<Arc<FastTable>>,
     /// Where objects go when memory is short, if configured.
     pub spill: Option<Arc<SpillDir>>,
     /// Spill segments being written on blocking threads now.
@@ -65,9 +68,18 @@ pub struct SharedRef(Arc<Mutex<Shared>>, Arc<std::sync::Condvar>);
 
 impl SharedRef {
     /// Wraps a fresh state.
-    pub fn new(store: Store, arena: Arena, spill: Option<SpillDir>) -> Self {
+    pub fn new(
+        mut store: Store,
+        arena: Arena,
+        spill: Option<SpillDir>,
+        fast: Option<Arc<FastTable>>,
+    ) -> Self {
+        if let Some(f) = &fast {
+            store.set_readers(f.clone());
+        }
         let state = Arc::new(Mutex::new(Shared {
             store,
+            fast,
             arena: Arc::new(arena),
             spill: spill.map(Arc::new),
             spills_in_flight: 0,
@@ -154,6 +166,9 @@ impl Shared {
     pub fn disconnect(&mut self, client: ClientId) {
         self.outboxes.remove(&client);
         let fx = self.store.disconnect(client);
+        if let Some(f) = &self.fast {
+            f.remove_client(client);
+        }
         self.deliver(fx);
     }
 

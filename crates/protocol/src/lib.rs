@@ -9,6 +9,8 @@
 //! - [`frame`] — length-prefixed framing, limits, blocking frame read/write helpers.
 //! - [`layout`] — where data and metadata lie inside an allocation (64-byte alignment).
 //! - [`event`] — [`Event`], what subscribers are told.
+//! - [`table`] — the object table in shared memory and the hold protocol
+//!   (gets without a round trip).
 //! - [`error`] — [`ProtocolError`], this crate's error type.
 
 pub mod error;
@@ -16,6 +18,7 @@ pub mod event;
 pub mod frame;
 pub mod id;
 pub mod layout;
+pub mod table;
 
 /// Generated protobuf messages (package `ferroplasma.store.v1`).
 #[allow(missing_docs, clippy::all, missing_debug_implementations)]

@@ -14,6 +14,8 @@
 //!   evicts them).
 //! - [`lru`] — [`Lru`], the default policy: least recently released first.
 //! - `clients` — per-client references, creations and waits.
+//! - [`readers`] — [`Readers`]: the hook for readers that take references
+//!   without asking (the shared object table).
 
 pub mod allocator;
 mod clients;
@@ -22,6 +24,7 @@ pub mod events;
 pub mod lru;
 pub mod object;
 pub mod policy;
+pub mod readers;
 mod spill;
 pub mod stats;
 pub mod store;
@@ -31,6 +34,7 @@ pub use events::{Effects, Event, EventKind, Notice};
 pub use lru::Lru;
 pub use object::{ClientId, Location, ObjectInfo, ObjectState};
 pub use policy::EvictionPolicy;
+pub use readers::Readers;
 pub use spill::SpillRef;
 pub use stats::Stats;
 pub use store::{DeleteOutcome, SpillVictim, Store};

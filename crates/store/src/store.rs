@@ -53,6 +53,8 @@ pub struct Store {
     referenced_count: u64,
     /// Spilled objects, when a spill directory is configured.
     spill: Option<SpillTable>,
+    /// Readers that take references without asking (the shared table).
+    readers: Option<std::sync::Arc<dyn crate::Readers>>,
 }
 
 /// An object to write out to make room: see [`Store::spill_plan`].
@@ -85,6 +87,7 @@ impl Store {
             sealed_count: 0,
             referenced_count: 0,
             spill: None,
+            readers: None,
         }
     }
 
@@ -106,6 +109,13 @@ impl Store {
     }
 
     /// Whether spilling is on.
+    /// Publishes readable objects to `readers` (the daemon's shared object
+    /// table) from now on, and asks them before an object stops being
+    /// readable.
+    pub fn set_readers(&mut self, readers: std::sync::Arc<dyn crate::Readers>) {
+        self.readers = Some(readers);
+    }
+
     pub fn spills(&self) -> bool {
         self.spill.is_some()
     }
@@ -236,6 +246,11 @@ impl Store {
         if refs == 0 {
             self.became_unreferenced(id, &mut fx);
         }
+        if let Some(r) = &self.readers {
+            if self.objects.get(&id).is_some_and(|e| e.is_readable()) {
+                r.readable(id, loc);
+            }
+        }
         Ok(fx)
     }
 
@@ -265,6 +280,9 @@ impl Store {
         }
         e.ref_count += 1;
         let loc = e.location;
+        if let Some(r) = &self.readers {
+            r.readable(id, loc);
+        }
         *self
             .clients
             .entry(client)
@@ -292,6 +310,9 @@ impl Store {
                 }
                 e.ref_count += 1;
                 *refs.entry(*id).or_insert(0) += 1;
+                if let Some(r) = &self.readers {
+                    r.readable(*id, e.location);
+                }
                 Some(e.location)
             })
             .collect()
@@ -460,6 +481,10 @@ impl Store {
         let bytes: u64 = victims.iter().map(|v| v.len).sum();
         let mut batch = Vec::with_capacity(victims.len());
         for (v, &off) in victims.iter().zip(offsets) {
+            if !self.objects.contains_key(&v.id) {
+                continue;
+            }
+            self.retire(v.id);
             let Some(e) = self.objects.get_mut(&v.id) else {
                 continue;
             };
@@ -656,6 +681,10 @@ impl Store {
             return (DeleteOutcome::Deleted, self.forget_spilled(id));
         }
         let mut fx = Effects::default();
+        if !self.objects.contains_key(&id) {
+            return (DeleteOutcome::NotFound, fx);
+        }
+        self.retire(id);
         let Some(e) = self.objects.get_mut(&id) else {
             return (DeleteOutcome::NotFound, fx);
         };
@@ -678,6 +707,9 @@ impl Store {
             let Some(id) = self.next_victim() else {
                 break;
             };
+            if self.retire(id) {
+                continue; // a client holds it: in use, not evicted
+            }
             freed += self
                 .objects
                 .get(&id)
@@ -812,7 +844,9 @@ impl Store {
             }
             match self.next_victim() {
                 Some(id) => {
-                    self.evict_one(id, fx);
+                    if !self.retire(id) {
+                        self.evict_one(id, fx);
+                    }
                 }
                 None => return Err(full),
             }
@@ -827,6 +861,35 @@ impl Store {
         self.policy
             .victims()
             .find(|id| objects.get(id).is_some_and(|e| e.evictable))
+    }
+
+    /// Takes `id` out of the readers' table before it stops being readable;
+    /// the holds clients took on it become references. True when someone
+    /// holds it now (it must stay).
+    fn retire(&mut self, id: ObjectId) -> bool {
+        let Some(r) = &self.readers else {
+            return false;
+        };
+        let adopted = r.unreadable(id);
+        let mut held = false;
+        for (client, n) in adopted {
+            let Some(c) = self.clients.get_mut(&client) else {
+                continue; // gone: its references went with it
+            };
+            let Some(e) = self.objects.get_mut(&id) else {
+                return false;
+            };
+            *c.refs.entry(id).or_insert(0) += u64::from(n);
+            if e.ref_count == 0 {
+                self.referenced_count += 1;
+            }
+            e.ref_count += u64::from(n);
+            if std::mem::take(&mut e.evictable) {
+                self.policy.remove(&id);
+            }
+            held = true;
+        }
+        held
     }
 
     fn evict_one(&mut self, id: ObjectId, fx: &mut Effects) -> u64 {

@@ -12,7 +12,7 @@ const PEER_TIMEOUT: Duration = Duration::from_millis(600);
 
 fn member(rt: &tokio::runtime::Runtime, peers: Vec<String>) -> Arc<Cluster> {
     let arena = Arena::create(1 << 20, None, false).expect("arena");
-    let shared = SharedRef::new(Store::new(1 << 20), arena, None);
+    let shared = SharedRef::new(Store::new(1 << 20), arena, None, None);
     let cfg = ClusterConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         advertise: "127.0.0.1:0".into(),

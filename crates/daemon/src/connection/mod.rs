@@ -160,10 +160,21 @@ async fn handshake(
             .await;
         return Err(Close::Violation(msg));
     }
-    let (client, rx, arena, capacity) = {
+    let (client, rx, arena, capacity, fast) = {
         let mut sh = shared.lock();
         let (client, rx) = sh.register();
-        (client, rx, sh.arena.clone(), sh.store.capacity())
+        let fast = match sh.fast.clone() {
+            Some(f) => match f.add_client(client) {
+                Ok(holds) => Some((f, holds)),
+                Err(e) => {
+                    // Not fatal: this client asks the store for everything.
+                    tracing::warn!(client, error = %e, "no shared table for this client");
+                    None
+                }
+            },
+            None => None,
+        };
+        (client, rx, sh.arena.clone(), sh.store.capacity(), fast)
     };
     let reply = pb::Reply {
         request_id: req.request_id,
@@ -177,10 +188,16 @@ async fn handshake(
             client_id: client,
             max_inline_size: MAX_INLINE_SIZE,
             max_frame_size: MAX_REQUEST_FRAME,
+            table_slots: fast.as_ref().map_or(0, |(f, _)| f.len() as u64),
         })),
     };
     let frame = ferroplasma_protocol::frame::encode_frame(&reply);
-    if let Err(e) = send_with_fds(stream, &frame, &[arena.fd().as_raw_fd()]).await {
+    let mut fds = vec![arena.fd().as_raw_fd()];
+    if let Some((f, holds)) = &fast {
+        fds.push(f.table_fd().as_raw_fd());
+        fds.push(holds.as_raw_fd());
+    }
+    if let Err(e) = send_with_fds(stream, &frame, &fds).await {
         shared.lock().disconnect(client);
         return Err(e.into());
     }

@@ -18,7 +18,7 @@ pub(super) fn runtime() -> tokio::runtime::Runtime {
 /// A store of `capacity` bytes (no spill directory).
 pub(super) fn store(capacity: u64) -> SharedRef {
     let arena = Arena::create(capacity, None, false).expect("arena");
-    SharedRef::new(Store::new(capacity), arena, None)
+    SharedRef::new(Store::new(capacity), arena, None, None)
 }
 
 /// A connection of a new client of `shared` that has sent `input`, and the

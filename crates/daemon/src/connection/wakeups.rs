@@ -110,7 +110,12 @@ impl Spilling {
         std::fs::create_dir_all(&dir).unwrap();
         let spill = crate::spill::SpillDir::create(&dir).unwrap();
         let arena = Arena::create(capacity, None, false).unwrap();
-        let shared = SharedRef::new(Store::with_spill(capacity, 1 << 30), arena, Some(spill));
+        let shared = SharedRef::new(
+            Store::with_spill(capacity, 1 << 30),
+            arena,
+            Some(spill),
+            None,
+        );
         Self {
             rt: testkit::runtime(),
             shared,

@@ -1,0 +1,99 @@
+//! The client's side of the object table in shared memory
+//! (`ferroplasma_protocol::table`): gets, contains and releases of sealed,
+//! local objects without a round trip to the store.
+
+use crate::error::{ClientError, Result};
+use ferroplasma_protocol::table::{self, Header, Slot, Take, SLOT_BYTES};
+use ferroplasma_protocol::ObjectId;
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The table (mapped read-only) and this client's holds (read-write).
+#[derive(Debug)]
+pub(crate) struct FastView {
+    table: MmapRaw,
+    holds: MmapRaw,
+    slots: usize,
+    key: u64,
+}
+
+impl FastView {
+    /// Maps the table and the holds the store sent with the handshake.
+    pub fn map(table: OwnedFd, holds: OwnedFd, slots: u64) -> Result<Self> {
+        let bad = |what: String| ClientError::Protocol(format!("the store's object table: {what}"));
+        let slots = usize::try_from(slots).map_err(|_| bad("too many slots".into()))?;
+        let table = MmapOptions::new()
+            .len((slots + 1) * SLOT_BYTES)
+            .map_raw_read_only(&File::from(table))
+            .map_err(|e| bad(format!("cannot map it: {e}")))?;
+        let holds = MmapOptions::new()
+            .len(slots * 4)
+            .map_raw(&File::from(holds))
+            .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
+        let mut v = Self {
+            table,
+            holds,
+            slots,
+            key: 0,
+        };
+        let h = v.header();
+        if h.magic.load(Ordering::Acquire) != table::MAGIC
+            || h.slots.load(Ordering::Relaxed) != slots as u64
+        {
+            return Err(bad("unknown layout".into()));
+        }
+        v.key = h.key.load(Ordering::Relaxed);
+        Ok(v)
+    }
+
+    fn header(&self) -> &Header {
+        // Safety: the mapping is page-aligned and holds the header first;
+        // `Header` is a `repr(C)` block of atomics, valid for any bytes; the
+        // mapping lives as long as `self`. Read-only mapping: only loads.
+        unsafe { &*(self.table.as_ptr() as *const Header) }
+    }
+
+    fn slots(&self) -> &[Slot] {
+        // Safety: `slots` slots of 64 bytes follow the header inside the
+        // mapping (mapped at that length above); `Slot` is a `repr(C)` block
+        // of atomics valid for any bytes; only loads are made through it
+        // (the mapping is read-only, the store writes).
+        unsafe {
+            std::slice::from_raw_parts(
+                self.table.as_ptr().add(SLOT_BYTES) as *const Slot,
+                self.slots,
+            )
+        }
+    }
+
+    fn holds(&self) -> &[AtomicU32] {
+        // Safety: the holds region is `slots` u32s, mapped read-write,
+        // page-aligned; `AtomicU32` is valid for any bytes; the store reads
+        // it concurrently, which atomics allow.
+        unsafe { std::slice::from_raw_parts(self.holds.as_ptr() as *const AtomicU32, self.slots) }
+    }
+
+    /// Takes a hold on the sealed object `id`.
+    pub fn take(&self, id: &ObjectId) -> Take {
+        table::take(self.slots(), self.holds(), self.key, id)
+    }
+
+    /// Gives back a hold taken on `slot`: true when the store had adopted
+    /// it (release one reference over the socket).
+    pub fn give_back(&self, slot: usize) -> bool {
+        self.holds().get(slot).is_some_and(table::give_back)
+    }
+
+    /// Whether `id` is sealed in this store's memory now (`false`: not in
+    /// the table; it may still be being created, spilled or elsewhere).
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        let words = table::id_words(id);
+        table::window(&words, self.key, self.slots).any(|i| {
+            self.slots()[i]
+                .read()
+                .is_some_and(|v| v.state == table::SEALED && v.id == words)
+        })
+    }
+}

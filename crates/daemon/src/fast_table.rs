@@ -1,0 +1,163 @@
+//! The store's side of the object table in shared memory
+//! (`ferroplasma_protocol::table`, docs/protocol.md "Reads without a round
+//! trip"): publishes each sealed, in-memory object in a slot clients read
+//! without asking; before the store frees, evicts, spills or deletes an
+//! object it retires the slot and adopts the holds clients took on it.
+//!
+//! The table is one memfd mapped here read-write and handed to clients as a
+//! read-only descriptor (the kernel refuses a writable mapping of it); each
+//! client gets its own holds region, which only it and the store map.
+
+use crate::arena::Arena;
+use crate::DaemonError;
+use ferroplasma_protocol::table::{self, Header, Slot, SLOT_BYTES};
+use ferroplasma_protocol::{IdHasher, ObjectId};
+use ferroplasma_store::{ClientId, Location, Readers};
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+/// The published objects and every client's holds.
+#[derive(Debug)]
+pub struct FastTable {
+    table: Arena,
+    /// The read-only descriptor every client gets.
+    read_only: OwnedFd,
+    slots: usize,
+    key: u64,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Published objects and their slots.
+    index: HashMap<ObjectId, usize, IdHasher>,
+    /// Which slots hold a published object.
+    taken: Vec<bool>,
+    /// Each connected client's holds region.
+    holds: HashMap<ClientId, Arena>,
+}
+
+impl FastTable {
+    /// A table of `slots` slots (at least [`table::PROBES`]).
+    pub fn create(slots: usize) -> Result<Self, DaemonError> {
+        let slots = slots.max(table::PROBES);
+        let table = Arena::create(((slots + 1) * SLOT_BYTES) as u64, None, false)?;
+        let mut k = [0u8; 8];
+        getrandom::fill(&mut k)
+            .map_err(|e| DaemonError::io("table hash key", std::io::Error::other(e.to_string())))?;
+        let key = u64::from_le_bytes(k);
+        let read_only = table.read_only_fd()?;
+        let t = Self {
+            table,
+            read_only,
+            slots,
+            key,
+            state: Mutex::new(State {
+                taken: vec![false; slots],
+                ..Default::default()
+            }),
+        };
+        let h = t.header();
+        h.slots.store(slots as u64, Ordering::Relaxed);
+        h.key.store(key, Ordering::Relaxed);
+        h.magic.store(table::MAGIC, Ordering::Release);
+        Ok(t)
+    }
+
+    fn header(&self) -> &Header {
+        // Safety: the mapping is page-aligned and at least one header long;
+        // `Header` is a `repr(C)` block of atomics, valid for any bytes
+        // (zeroed memory included), and the mapping lives as long as `self`.
+        unsafe { &*(self.table.ptr() as *const Header) }
+    }
+
+    fn slots(&self) -> &[Slot] {
+        // Safety: as for `header`: the slots follow the header inside the
+        // mapping (sized for `slots + 1` blocks of 64 bytes), `Slot` is a
+        // `repr(C)` block of atomics valid for any bytes.
+        unsafe {
+            std::slice::from_raw_parts(self.table.ptr().add(SLOT_BYTES) as *const Slot, self.slots)
+        }
+    }
+
+    fn holds_of(region: &Arena, slots: usize) -> &[AtomicU32] {
+        // Safety: the region was created with `slots` u32s; `AtomicU32` is
+        // valid for any bytes; the client may write them at any time, which
+        // atomics allow; the borrow does not outlive the region.
+        unsafe { std::slice::from_raw_parts(region.ptr() as *const AtomicU32, slots) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The table's read-only descriptor, for clients.
+    pub fn table_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.read_only.as_fd()
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.slots
+    }
+
+    /// Whether the table has no slots (never: at least `PROBES`).
+    pub fn is_empty(&self) -> bool {
+        self.slots == 0
+    }
+
+    /// Creates `client`'s holds region; returns its descriptor.
+    pub fn add_client(&self, client: ClientId) -> Result<OwnedFd, DaemonError> {
+        let region = Arena::create((self.slots * 4) as u64, None, false)?;
+        let fd = region.dup_fd()?;
+        self.lock().holds.insert(client, region);
+        Ok(fd)
+    }
+
+    /// Drops `client`'s holds region (it disconnected: the holds the store
+    /// adopted were store references, released with the client's others).
+    pub fn remove_client(&self, client: ClientId) {
+        self.lock().holds.remove(&client);
+    }
+
+    /// Objects published now.
+    pub fn published(&self) -> usize {
+        self.lock().index.len()
+    }
+}
+
+impl Readers for FastTable {
+    fn readable(&self, id: ObjectId, loc: Location) {
+        let mut st = self.lock();
+        if st.index.contains_key(&id) {
+            return;
+        }
+        let words = table::id_words(&id);
+        let Some(i) = table::window(&words, self.key, self.slots).find(|&i| !st.taken[i]) else {
+            return; // the window is full: this object is read the slow way
+        };
+        self.slots()[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
+        st.taken[i] = true;
+        st.index.insert(id, i);
+    }
+
+    fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)> {
+        let mut st = self.lock();
+        let Some(i) = st.index.remove(&id) else {
+            return Vec::new();
+        };
+        st.taken[i] = false;
+        self.slots()[i].retire();
+        let mut adopted = Vec::new();
+        for (&client, region) in &st.holds {
+            let n = table::adopt(&Self::holds_of(region, self.slots)[i]);
+            if n > 0 {
+                adopted.push((client, n));
+            }
+        }
+        adopted
+    }
+}

@@ -1,0 +1,320 @@
+//! The object table in shared memory: how a client takes a reference on a
+//! sealed object without asking the store (docs/protocol.md, "Reads without
+//! a round trip").
+//!
+//! Two regions, both created by the store:
+//! - the **table** (mapped read-only by every client: the descriptor it
+//!   gets cannot be mapped writable): a header, then [`Slot`]s. Each slot
+//!   describes one sealed, in-memory object (id, offset, sizes) under a
+//!   sequence lock; an object's slot lies within [`PROBES`] slots of its
+//!   id's home slot, found with a hash keyed per store.
+//! - a **holds** region per client (mapped read-write by that client only):
+//!   one [`AtomicU32`] per slot, the number of references the client holds
+//!   on the object in that slot, taken without asking the store.
+//!
+//! The protocol (hazard-pointer style):
+//! - a client finds the slot, adds one to its hold on it, and then reads
+//!   the slot again: if it has not changed, the object is its to read
+//!   ([`take`]); if it has, it takes the hold back and asks the store;
+//! - the store, before it frees, evicts or spills an object, first *retires*
+//!   its slot (the sequence number moves on) and only then reads every
+//!   client's hold on that slot; a client that holds it is given store
+//!   references for those holds instead ([`adopt`]: the [`ADOPTED`] bit is
+//!   set), and the object stays;
+//! - a client gives a hold back by taking one off ([`give_back`]); when the
+//!   store had adopted its holds, it also releases one reference over the
+//!   socket.
+//!
+//! Both sides write, then issue a sequentially consistent fence, then read
+//! what the other wrote: of a client's hold and the store's retirement, at
+//! least one sees the other. So an object is never freed while a client
+//! holds it (`tests/table_model.rs` checks every interleaving with loom).
+//!
+//! A client can write only its own holds; the store reads them as untrusted
+//! numbers (capped at [`MAX_HOLDS`]). A client that lies pins objects for
+//! itself, as one that never releases would.
+
+#[cfg(ferroplasma_loom)]
+use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+#[cfg(not(ferroplasma_loom))]
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use crate::ObjectId;
+
+/// Slots an object may lie from its home slot.
+pub const PROBES: usize = 16;
+/// Bytes of the table header and of each slot.
+pub const SLOT_BYTES: usize = 64;
+/// The table's magic number ("fptable1").
+pub const MAGIC: u64 = u64::from_le_bytes(*b"fptable1");
+/// Set in a hold when the store turned it into store references.
+pub const ADOPTED: u32 = 1 << 31;
+/// The most holds the store honours per client and slot.
+pub const MAX_HOLDS: u32 = 1 << 20;
+
+/// Slot states.
+pub const EMPTY: u32 = 0;
+/// A sealed object in memory, readable.
+pub const SEALED: u32 = 1;
+/// No longer readable through the table (freed, evicted, spilled, deleted).
+pub const RETIRED: u32 = 2;
+
+/// The table header (the first [`SLOT_BYTES`] of the table).
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: AtomicU64,
+    /// Number of slots after the header.
+    pub slots: AtomicU64,
+    /// The hash key of this store.
+    pub key: AtomicU64,
+}
+
+/// One slot: an object's id, where its bytes lie and a sequence number
+/// (odd while the store writes the slot).
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct Slot {
+    /// Sequence lock: odd while being written; moves on with every write.
+    pub seq: AtomicU64,
+    /// The id's 20 bytes in three words (the last 4 bytes zero).
+    pub id: [AtomicU64; 3],
+    /// [`EMPTY`], [`SEALED`] or [`RETIRED`].
+    pub state: AtomicU64,
+    /// Offset of the data in the arena.
+    pub offset: AtomicU64,
+    /// Data bytes.
+    pub data_size: AtomicU64,
+    /// Metadata bytes.
+    pub metadata_size: AtomicU64,
+}
+
+#[cfg(not(ferroplasma_loom))]
+const _: () = assert!(std::mem::size_of::<Slot>() == SLOT_BYTES);
+#[cfg(not(ferroplasma_loom))]
+const _: () = assert!(std::mem::size_of::<Header>() == SLOT_BYTES);
+
+/// A consistent reading of a slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct View {
+    /// The sequence number it was read at (even).
+    pub seq: u64,
+    /// The id's words.
+    pub id: [u64; 3],
+    /// The state.
+    pub state: u32,
+    /// Offset of the data.
+    pub offset: u64,
+    /// Data bytes.
+    pub data_size: u64,
+    /// Metadata bytes.
+    pub metadata_size: u64,
+}
+
+/// The id as the three words a slot stores.
+pub fn id_words(id: &ObjectId) -> [u64; 3] {
+    let b = &id.0;
+    let w = |r: std::ops::Range<usize>| {
+        let mut a = [0u8; 8];
+        a[..r.len()].copy_from_slice(&b[r]);
+        u64::from_le_bytes(a)
+    };
+    [w(0..8), w(8..16), w(16..20)]
+}
+
+/// The id's home slot in a table of `slots` slots under `key`.
+pub fn home(words: &[u64; 3], key: u64, slots: usize) -> usize {
+    // Three rounds of a 64-bit finalizer (SplitMix64's), keyed: a client
+    // cannot aim ids at one window without knowing the store's key.
+    let mut h = key;
+    for w in words {
+        h ^= *w;
+        h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+    }
+    (h % slots.max(1) as u64) as usize
+}
+
+/// The slots an id may lie in, home first.
+pub fn window(words: &[u64; 3], key: u64, slots: usize) -> impl Iterator<Item = usize> {
+    let start = home(words, key, slots);
+    (0..PROBES.min(slots)).map(move |i| (start + i) % slots)
+}
+
+impl Slot {
+    /// A new, empty slot (tests and the loom model; the store's slots are
+    /// zeroed shared memory).
+    pub fn new() -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            id: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+            state: AtomicU64::new(0),
+            offset: AtomicU64::new(0),
+            data_size: AtomicU64::new(0),
+            metadata_size: AtomicU64::new(0),
+        }
+    }
+
+    /// Reads the slot consistently; `None` if the store kept writing it.
+    pub fn read(&self) -> Option<View> {
+        // (Under the model checker, fewer tries: each one multiplies the
+        // interleavings to explore, and giving up is a legal outcome.)
+        const TRIES: usize = if cfg!(ferroplasma_loom) { 2 } else { 64 };
+        for _ in 0..TRIES {
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 & 1 == 1 {
+                std::hint::spin_loop();
+                #[cfg(ferroplasma_loom)]
+                loom::thread::yield_now();
+                continue;
+            }
+            let v = View {
+                seq: s1,
+                id: [
+                    self.id[0].load(Ordering::Relaxed),
+                    self.id[1].load(Ordering::Relaxed),
+                    self.id[2].load(Ordering::Relaxed),
+                ],
+                state: self.state.load(Ordering::Relaxed) as u32,
+                offset: self.offset.load(Ordering::Relaxed),
+                data_size: self.data_size.load(Ordering::Relaxed),
+                metadata_size: self.metadata_size.load(Ordering::Relaxed),
+            };
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == s1 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Store side: publishes a sealed object in this slot.
+    pub fn publish(&self, id: &[u64; 3], offset: u64, data_size: u64, metadata_size: u64) {
+        self.write(|s| {
+            for (w, v) in s.id.iter().zip(id) {
+                w.store(*v, Ordering::Relaxed);
+            }
+            s.offset.store(offset, Ordering::Relaxed);
+            s.data_size.store(data_size, Ordering::Relaxed);
+            s.metadata_size.store(metadata_size, Ordering::Relaxed);
+            s.state.store(u64::from(SEALED), Ordering::Relaxed);
+        });
+    }
+
+    /// Store side: retires the slot (no new hold on its object can be
+    /// validated from here on), then fences: the caller reads the holds
+    /// next ([`adopt`]).
+    pub fn retire(&self) {
+        self.write(|s| s.state.store(u64::from(RETIRED), Ordering::Relaxed));
+        fence(Ordering::SeqCst);
+    }
+
+    fn write(&self, f: impl FnOnce(&Self)) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1) | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        f(self);
+        self.seq.store((s | 1).wrapping_add(1), Ordering::Release);
+    }
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What [`take`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Take {
+    /// A hold on the object in this slot: read it, then [`give_back`].
+    Held(usize, View),
+    /// Not in the table (absent, not sealed, spilled, or not published):
+    /// ask the store.
+    Absent,
+    /// In the table, but no hold could be taken (the store adopted this
+    /// client's holds on the slot and they are not all given back yet, or
+    /// the slot changed under the client): ask the store.
+    Busy,
+    /// The slot changed under the client after it took a hold, and the
+    /// store adopted that hold meanwhile: release one reference to the
+    /// object over the socket, then ask the store.
+    ReleaseThenAsk,
+}
+
+/// Client side: takes a hold on the sealed object `id` without asking the
+/// store.
+pub fn take(slots: &[Slot], holds: &[AtomicU32], key: u64, id: &ObjectId) -> Take {
+    let words = id_words(id);
+    for i in window(&words, key, slots.len()) {
+        let Some(v) = slots[i].read() else {
+            return Take::Busy;
+        };
+        if v.state != SEALED || v.id != words {
+            continue;
+        }
+        let Some(h) = holds.get(i) else {
+            return Take::Busy;
+        };
+        let mut cur = h.load(Ordering::Relaxed);
+        loop {
+            if cur & ADOPTED != 0 || cur >= MAX_HOLDS {
+                return Take::Busy;
+            }
+            match h.compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(x) => cur = x,
+            }
+        }
+        fence(Ordering::SeqCst);
+        if slots[i].seq.load(Ordering::Acquire) == v.seq {
+            return Take::Held(i, v);
+        }
+        // Changed meanwhile (retired, perhaps reused): give the hold back.
+        return if give_back(h) {
+            Take::ReleaseThenAsk
+        } else {
+            Take::Busy
+        };
+    }
+    Take::Absent
+}
+
+/// Client side: gives one hold back. True when the store had adopted the
+/// holds: the caller then releases one reference to the object over the
+/// socket.
+pub fn give_back(h: &AtomicU32) -> bool {
+    let mut cur = h.load(Ordering::Relaxed);
+    loop {
+        let adopted = cur & ADOPTED != 0;
+        let n = cur & !ADOPTED;
+        if n == 0 {
+            return false; // nothing held (a bug, or a store that cleared it)
+        }
+        let next = if adopted && n == 1 { 0 } else { cur - 1 };
+        match h.compare_exchange_weak(cur, next, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return adopted,
+            Err(x) => cur = x,
+        }
+    }
+}
+
+/// Store side, after [`Slot::retire`]: turns a client's holds on the slot
+/// into store references. Returns how many it adopted (0: none held).
+pub fn adopt(h: &AtomicU32) -> u32 {
+    let mut cur = h.load(Ordering::Acquire);
+    loop {
+        if cur == 0 || cur & ADOPTED != 0 {
+            // None held, or adopted before for an earlier object (those are
+            // store references already; no hold was taken since).
+            return 0;
+        }
+        match h.compare_exchange_weak(cur, cur | ADOPTED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return cur.min(MAX_HOLDS),
+            Err(x) => cur = x,
+        }
+    }
+}

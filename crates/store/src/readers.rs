@@ -1,0 +1,21 @@
+//! Readers that take references without asking the store: the hook through
+//! which the daemon's shared object table (`ferroplasma_protocol::table`)
+//! learns which objects are readable, and through which the store, before
+//! it frees, evicts, spills or deletes an object, learns which clients hold
+//! it (their holds become ordinary references). The store calls it; it does
+//! no I/O of its own.
+
+use crate::object::{ClientId, Location};
+use ferroplasma_protocol::ObjectId;
+
+/// Where sealed objects are published for reads without a round trip.
+pub trait Readers: std::fmt::Debug + Send + Sync {
+    /// `id` is sealed, in memory and readable at `loc` (called again for
+    /// objects already published: a no-op then).
+    fn readable(&self, id: ObjectId, loc: Location);
+
+    /// `id` stops being readable without asking (it is about to be freed,
+    /// evicted, spilled or deleted). Returns the clients that hold it and
+    /// how many holds each: the store turns them into references first.
+    fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)>;
+}
