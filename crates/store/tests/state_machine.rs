@@ -546,3 +546,68 @@ fn an_object_being_restored_is_unreadable_pinned_and_handed_to_its_waiters() {
         assert_eq!(s.stats().referenced_objects, 0);
     }
 }
+
+/// Readers that take references without asking (the daemon's shared
+/// table), faked: `held` names the ids a client holds, and how many holds.
+#[derive(Debug, Default)]
+struct FakeReaders {
+    published: std::sync::Mutex<Vec<ObjectId>>,
+    held: std::sync::Mutex<Vec<(ObjectId, ClientId, u32)>>,
+}
+
+impl Readers for FakeReaders {
+    fn readable(&self, id: ObjectId, _loc: Location) {
+        let mut p = self.published.lock().unwrap();
+        if !p.contains(&id) {
+            p.push(id);
+        }
+    }
+    fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)> {
+        self.published.lock().unwrap().retain(|p| *p != id);
+        let mut held = self.held.lock().unwrap();
+        let out = held
+            .iter()
+            .filter(|(h, _, _)| *h == id)
+            .map(|&(_, c, n)| (c, n))
+            .collect();
+        held.retain(|(h, _, _)| *h != id);
+        out
+    }
+}
+
+#[test]
+fn holds_taken_without_asking_become_references_before_anything_is_freed() {
+    let readers = std::sync::Arc::new(FakeReaders::default());
+    let mut s = Store::new(1000);
+    s.set_readers(readers.clone());
+    let (w, r) = (s.connect(), s.connect());
+    sealed(&mut s, w, 1, 400);
+    sealed(&mut s, w, 2, 400);
+    assert_eq!(
+        *readers.published.lock().unwrap(),
+        [id(1), id(2)],
+        "sealed: published"
+    );
+    // r holds object 1 twice through the table: a delete is deferred, and
+    // only r's two releases free it.
+    readers.held.lock().unwrap().push((id(1), r, 2));
+    assert_eq!(s.delete(id(1)).0, DeleteOutcome::Deferred);
+    assert!(
+        !readers.published.lock().unwrap().contains(&id(1)),
+        "retired"
+    );
+    s.release(r, id(1)).unwrap();
+    assert!(s.exists(&id(1)));
+    s.release(r, id(1)).unwrap();
+    assert!(!s.exists(&id(1)));
+    // r holds object 2: eviction skips it and finds nothing else.
+    readers.held.lock().unwrap().push((id(2), r, 1));
+    let (freed, count, _) = s.evict(1);
+    assert_eq!((freed, count), (0, 0));
+    assert!(s.contains(&id(2)));
+    assert_eq!(s.list()[0].ref_count, 1);
+    // A client that is gone holds nothing.
+    readers.held.lock().unwrap().push((id(2), 999, 5));
+    s.release(r, id(2)).unwrap();
+    assert_eq!(s.delete(id(2)).0, DeleteOutcome::Deleted);
+}
