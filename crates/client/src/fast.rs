@@ -8,7 +8,7 @@ use ferroplasma_protocol::ObjectId;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::File;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The table (mapped read-only) and this client's holds (read-write).
 #[derive(Debug)]
@@ -29,7 +29,7 @@ impl FastView {
             .map_raw_read_only(&File::from(table))
             .map_err(|e| bad(format!("cannot map it: {e}")))?;
         let holds = MmapOptions::new()
-            .len(slots * 4)
+            .len(table::holds_region_len(slots))
             .map_raw(&File::from(holds))
             .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
         let mut v = Self {
@@ -81,9 +81,23 @@ impl FastView {
     }
 
     /// Gives back a hold taken on `slot`: true when the store had adopted
-    /// it (release one reference over the socket).
+    /// it (release one reference over the socket). Recorded in the ring of
+    /// recent releases (for the store's eviction order).
     pub fn give_back(&self, slot: usize) -> bool {
-        self.holds().get(slot).is_some_and(table::give_back)
+        let adopted = self.holds().get(slot).is_some_and(table::give_back);
+        let at = table::ring_offset(self.slots);
+        // Safety: the head (8 bytes, 64-byte aligned) and `RING` u32s lie
+        // inside the holds mapping (`holds_region_len`); atomics are valid
+        // for any bytes, and the store reads them concurrently.
+        let (head, ring) = unsafe {
+            let base = self.holds.as_ptr().add(at);
+            (
+                &*(base as *const AtomicU64),
+                std::slice::from_raw_parts(base.add(8) as *const AtomicU32, table::RING),
+            )
+        };
+        table::record_release(head, ring, slot);
+        adopted
     }
 
     /// Whether `id` is sealed in this store's memory now (`false`: not in

@@ -9,6 +9,9 @@ pub const DEFAULT_MEMORY_CAP: u64 = 8 << 30;
 /// Default for `--max-clients`.
 pub const DEFAULT_MAX_CLIENTS: u32 = 4096;
 
+/// Slots of the shared object table by default (16 MiB of table).
+pub const DEFAULT_TABLE_SLOTS: u32 = 1 << 18;
+
 /// Settings of one store.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreConfig {
@@ -72,14 +75,13 @@ pub struct StoreConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_clients: u32,
 
-    /// Publish an object table of N slots in shared memory, through which
-    /// clients get, check and release sealed objects without asking the
-    /// store (64 bytes per slot; each client's holds take 4 bytes per slot;
-    /// pages are touched as they are used; 262144 is a good size). 0, the
-    /// default for now, asks the store for everything: with the table on,
-    /// `list`'s reference counts, `stats`' referenced objects and the LRU
-    /// order do not yet count reads made through it (docs/protocol.md).
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    /// Slots of the object table published in shared memory, through which
+    /// clients get, check and release sealed local objects without asking
+    /// the store (64 bytes per slot; each client's holds take 4 bytes per
+    /// slot; pages are touched as they are used). Objects that find no free
+    /// slot near their hash are read the usual way. 0 turns it off: every
+    /// operation then asks the store over the socket.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TABLE_SLOTS)]
     pub table_slots: u32,
 
     /// User ids allowed to connect (checked with SO_PEERCRED), comma
@@ -176,7 +178,7 @@ impl StoreConfig {
             spill_limit: None,
             exit_with_parent: false,
             max_clients: DEFAULT_MAX_CLIENTS,
-            table_slots: 0,
+            table_slots: DEFAULT_TABLE_SLOTS,
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),
             cluster_listen: None,

@@ -15,7 +15,7 @@ use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::{ClientId, Location, Readers};
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The published objects and every client's holds.
@@ -33,10 +33,11 @@ pub struct FastTable {
 struct State {
     /// Published objects and their slots.
     index: HashMap<ObjectId, usize, IdHasher>,
-    /// Which slots hold a published object.
-    taken: Vec<bool>,
-    /// Each connected client's holds region.
-    holds: HashMap<ClientId, Arena>,
+    /// The object published in each slot.
+    taken: Vec<Option<ObjectId>>,
+    /// Each connected client's holds region, and how far the store has
+    /// read its ring of releases.
+    holds: HashMap<ClientId, (Arena, u64)>,
 }
 
 impl FastTable {
@@ -55,7 +56,7 @@ impl FastTable {
             slots,
             key,
             state: Mutex::new(State {
-                taken: vec![false; slots],
+                taken: vec![None; slots],
                 ..Default::default()
             }),
         };
@@ -83,10 +84,25 @@ impl FastTable {
     }
 
     fn holds_of(region: &Arena, slots: usize) -> &[AtomicU32] {
-        // Safety: the region was created with `slots` u32s; `AtomicU32` is
-        // valid for any bytes; the client may write them at any time, which
-        // atomics allow; the borrow does not outlive the region.
+        // Safety: the region was created `holds_region_len(slots)` long,
+        // starting with `slots` u32s; `AtomicU32` is valid for any bytes;
+        // the client may write them at any time, which atomics allow; the
+        // borrow does not outlive the region.
         unsafe { std::slice::from_raw_parts(region.ptr() as *const AtomicU32, slots) }
+    }
+
+    fn ring_of(region: &Arena, slots: usize) -> (&AtomicU64, &[AtomicU32]) {
+        let at = table::ring_offset(slots);
+        // Safety: as for `holds_of`: the head (8 bytes, 64-byte aligned)
+        // and `RING` u32s lie inside the region (`holds_region_len`), and
+        // atomics are valid for any bytes the client writes.
+        unsafe {
+            let base = region.ptr().add(at);
+            (
+                &*(base as *const AtomicU64),
+                std::slice::from_raw_parts(base.add(8) as *const AtomicU32, table::RING),
+            )
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -111,9 +127,9 @@ impl FastTable {
 
     /// Creates `client`'s holds region; returns its descriptor.
     pub fn add_client(&self, client: ClientId) -> Result<OwnedFd, DaemonError> {
-        let region = Arena::create((self.slots * 4) as u64, None, false)?;
+        let region = Arena::create(table::holds_region_len(self.slots) as u64, None, false)?;
         let fd = region.dup_fd()?;
-        self.lock().holds.insert(client, region);
+        self.lock().holds.insert(client, (region, 0));
         Ok(fd)
     }
 
@@ -136,11 +152,12 @@ impl Readers for FastTable {
             return;
         }
         let words = table::id_words(&id);
-        let Some(i) = table::window(&words, self.key, self.slots).find(|&i| !st.taken[i]) else {
+        let Some(i) = table::window(&words, self.key, self.slots).find(|&i| st.taken[i].is_none())
+        else {
             return; // the window is full: this object is read the slow way
         };
         self.slots()[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
-        st.taken[i] = true;
+        st.taken[i] = Some(id);
         st.index.insert(id, i);
     }
 
@@ -149,15 +166,44 @@ impl Readers for FastTable {
         let Some(i) = st.index.remove(&id) else {
             return Vec::new();
         };
-        st.taken[i] = false;
+        st.taken[i] = None;
         self.slots()[i].retire();
         let mut adopted = Vec::new();
-        for (&client, region) in &st.holds {
+        for (&client, (region, _)) in &st.holds {
             let n = table::adopt(&Self::holds_of(region, self.slots)[i]);
             if n > 0 {
                 adopted.push((client, n));
             }
         }
         adopted
+    }
+
+    fn held(&self) -> Vec<(ObjectId, u64)> {
+        let st = self.lock();
+        let mut out = Vec::new();
+        for (id, &i) in &st.index {
+            let n: u64 = st
+                .holds
+                .values()
+                .map(|(region, _)| u64::from(table::held(&Self::holds_of(region, self.slots)[i])))
+                .sum();
+            if n > 0 {
+                out.push((*id, n));
+            }
+        }
+        out
+    }
+
+    fn released(&self) -> Vec<ObjectId> {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let mut out = Vec::new();
+        for (region, tail) in st.holds.values_mut() {
+            let (head, ring) = Self::ring_of(region, self.slots);
+            let (slots, next) = table::drain_releases(head, ring, *tail, self.slots);
+            *tail = next;
+            out.extend(slots.into_iter().filter_map(|i| st.taken[i]));
+        }
+        out
     }
 }

@@ -180,6 +180,7 @@ impl Shared {
         let Some(dir) = self.spill.clone() else {
             return Ok(());
         };
+        self.store.refresh_recency();
         let plan = self.store.spill_plan(data_size, metadata_size);
         if plan.is_empty() {
             return Ok(());
@@ -203,6 +204,7 @@ impl Shared {
         let Some(dir) = self.spill.clone() else {
             return Ok(false);
         };
+        self.store.refresh_recency();
         let plan = self.store.spill_plan(data_size, metadata_size);
         if plan.is_empty() {
             return Ok(false);

@@ -9,9 +9,9 @@ use common::{content, TestStore};
 use ferroplasma_client::{Client, DeleteStatus, ObjectId};
 use std::time::Duration;
 
-/// A store publishing its object table (off by default for now).
+/// A store publishing its object table (the default).
 fn store_with_table(memory: &str) -> TestStore {
-    TestStore::start_with(memory, &["--table-slots", "262144"])
+    TestStore::start(memory)
 }
 
 fn signal(store: &TestStore, sig: &str) {
@@ -106,11 +106,11 @@ fn eviction_skips_objects_held_through_the_table() {
     drop(held);
 }
 
-/// Without `--table-slots` (the default for now) the same operations ask
-/// the store.
+/// `--table-slots 0` turns the table off: the same operations ask the
+/// store.
 #[test]
 fn without_the_table_gets_ask_the_store() {
-    let store = TestStore::start("16MiB");
+    let store = TestStore::start_with("16MiB", &["--table-slots", "0"]);
     let c = store.client();
     let id = ObjectId::random();
     c.put(id, b"slow path", b"").unwrap();

@@ -52,6 +52,64 @@ pub const ADOPTED: u32 = 1 << 31;
 /// The most holds the store honours per client and slot.
 pub const MAX_HOLDS: u32 = 1 << 20;
 
+/// Entries of the ring of recent releases after a client's holds: the
+/// client records each slot it gives a hold back on, and the store drains
+/// the ring before it picks objects to evict (least recently released
+/// first, as for releases sent over the socket).
+pub const RING: usize = 1024;
+
+/// Bytes of a client's holds region for a table of `slots` slots: the holds,
+/// then (64-byte aligned) the ring's head counter and its entries.
+pub fn holds_region_len(slots: usize) -> usize {
+    ring_offset(slots) + 8 + RING * 4
+}
+
+/// Where the ring's head (a u64) starts in the holds region.
+pub fn ring_offset(slots: usize) -> usize {
+    (slots * 4).div_ceil(64) * 64
+}
+
+/// Client side: records that a hold on `slot` was given back.
+pub fn record_release(head: &AtomicU64, ring: &[AtomicU32], slot: usize) {
+    let h = head.fetch_add(1, Ordering::Relaxed);
+    if let Some(e) = ring.get(h as usize % RING) {
+        e.store(slot as u32 + 1, Ordering::Release);
+    }
+}
+
+/// Store side: the slots released since `tail` (untrusted: bounded to the
+/// ring's size, out-of-range slots dropped); returns them and the new tail.
+pub fn drain_releases(
+    head: &AtomicU64,
+    ring: &[AtomicU32],
+    tail: u64,
+    slots: usize,
+) -> (Vec<usize>, u64) {
+    let h = head.load(Ordering::Acquire);
+    let from = if h < tail || h - tail > RING as u64 {
+        h.saturating_sub(RING as u64)
+    } else {
+        tail
+    };
+    let out = (from..h)
+        .filter_map(|t| ring.get(t as usize % RING))
+        .map(|e| e.load(Ordering::Acquire) as usize)
+        .filter(|&v| v >= 1 && v <= slots)
+        .map(|v| v - 1)
+        .collect();
+    (out, h)
+}
+
+/// The number of holds (not adopted) in a hold word.
+pub fn held(h: &AtomicU32) -> u32 {
+    let v = h.load(Ordering::Relaxed);
+    if v & ADOPTED != 0 {
+        0
+    } else {
+        v.min(MAX_HOLDS)
+    }
+}
+
 /// Slot states.
 pub const EMPTY: u32 = 0;
 /// A sealed object in memory, readable.

@@ -18,4 +18,16 @@ pub trait Readers: std::fmt::Debug + Send + Sync {
     /// evicted, spilled or deleted). Returns the clients that hold it and
     /// how many holds each: the store turns them into references first.
     fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)>;
+
+    /// The objects held without asking now, with the number of holds (for
+    /// `list` and `stats`, which count them as references).
+    fn held(&self) -> Vec<(ObjectId, u64)> {
+        Vec::new()
+    }
+
+    /// The objects released without asking since the last call, oldest
+    /// first (the store moves them to the back of its eviction order).
+    fn released(&self) -> Vec<ObjectId> {
+        Vec::new()
+    }
 }

@@ -701,6 +701,7 @@ impl Store {
     /// (data + metadata, as Plasma counted) are gone or nothing evictable is
     /// left. Returns `(their data + metadata bytes, objects evicted)`.
     pub fn evict(&mut self, bytes: u64) -> (u64, u64, Effects) {
+        self.refresh_recency();
         let mut fx = Effects::default();
         let (mut freed, mut count) = (0, 0);
         while freed < bytes {
@@ -751,12 +752,17 @@ impl Store {
     /// Every object, sealed or not, spilled ones included.
     pub fn list(&self) -> Vec<ObjectInfo> {
         let spilled = self.spill.iter().flat_map(|t| t.objects.iter());
+        let held: HashMap<ObjectId, u64> = self
+            .readers
+            .as_ref()
+            .map(|r| r.held().into_iter().collect())
+            .unwrap_or_default();
         self.objects
             .iter()
             .map(|(id, e)| ObjectInfo {
                 id: *id,
                 location: e.location,
-                ref_count: e.ref_count,
+                ref_count: e.ref_count + held.get(id).copied().unwrap_or(0),
                 state: e.state,
                 create_time_us: e.create_time_us,
                 construct_duration_us: e.seal_time_us.map(|s| s - e.create_time_us),
@@ -783,12 +789,19 @@ impl Store {
 
     /// Counters and memory figures.
     pub fn stats(&self) -> Stats {
+        // Objects held through the readers' table only count too.
+        let held_only = self.readers.as_ref().map_or(0, |r| {
+            r.held()
+                .iter()
+                .filter(|(id, _)| self.objects.get(id).is_some_and(|e| e.ref_count == 0))
+                .count() as u64
+        });
         Stats {
             capacity: self.capacity,
             used: self.alloc.used(),
             objects: self.objects.len() as u64,
             sealed_objects: self.sealed_count,
-            referenced_objects: self.referenced_count,
+            referenced_objects: self.referenced_count + held_only,
             clients: self.clients.len() as u64,
             evictions: self.evictions,
             evicted_bytes: self.evicted_bytes,
@@ -823,6 +836,23 @@ impl Store {
     }
 
     /// Finds `need` contiguous bytes, evicting LRU objects while that can help.
+    /// Objects released through the readers' table since the last call
+    /// move to the back of the eviction order, as a release over the socket
+    /// does (the daemon calls it before [`Store::spill_plan`] too).
+    pub fn refresh_recency(&mut self) {
+        let Some(r) = &self.readers else {
+            return;
+        };
+        for id in r.released() {
+            if let Some(e) = self.objects.get(&id) {
+                if e.evictable {
+                    self.policy.remove(&id);
+                    self.policy.add(id, e.alloc_size);
+                }
+            }
+        }
+    }
+
     fn make_room(&mut self, need: u64, fx: &mut Effects) -> Result<u64, StoreError> {
         let full = StoreError::StoreFull {
             requested: need,
@@ -832,6 +862,9 @@ impl Store {
         };
         if need > self.alloc.capacity() || self.alloc.free() + self.policy.bytes() < need {
             return Err(full);
+        }
+        if self.alloc.largest_free() < need {
+            self.refresh_recency();
         }
         loop {
             if let Some(offset) = self.alloc.allocate(need) {
