@@ -255,23 +255,9 @@ impl Client {
                     // Counted as held first: an error below still gives the
                     // hold back (through the buffer's Drop or here).
                     self.inner.releases.add_held(*id);
-                    let data = self.inner.checked_ptr(v.offset, v.data_size);
-                    let meta = self
-                        .inner
-                        .checked_ptr(v.offset + metadata_offset(v.data_size), v.metadata_size);
-                    match (data, meta) {
-                        (Ok(d), Ok(m)) => out.push(Some(ObjectBuffer {
-                            session: self.inner.clone(),
-                            id: *id,
-                            data: d,
-                            data_len: v.data_size as usize,
-                            meta: m,
-                            meta_len: v.metadata_size as usize,
-                            armed: true,
-                            creator: None,
-                            hold: Some(slot),
-                        })),
-                        (Err(e), _) | (_, Err(e)) => {
+                    match self.buffer(*id, v.offset, v.data_size, v.metadata_size, Some(slot)) {
+                        Ok(b) => out.push(Some(b)),
+                        Err(e) => {
                             self.inner.give_back_hold(*id, slot);
                             return Err(e);
                         }
@@ -296,6 +282,33 @@ impl Client {
             out[p] = b;
         }
         Ok(out)
+    }
+
+    /// A buffer over a sealed object's bytes in the arena (bounds checked),
+    /// holding a reference (`hold`: a hold on that slot of the shared table).
+    fn buffer(
+        &self,
+        id: ObjectId,
+        offset: u64,
+        data_size: u64,
+        metadata_size: u64,
+        hold: Option<usize>,
+    ) -> Result<ObjectBuffer> {
+        let data = self.inner.checked_ptr(offset, data_size)?;
+        let meta = self
+            .inner
+            .checked_ptr(offset + metadata_offset(data_size), metadata_size)?;
+        Ok(ObjectBuffer {
+            session: self.inner.clone(),
+            id,
+            data,
+            data_len: data_size as usize,
+            meta,
+            meta_len: metadata_size as usize,
+            armed: true,
+            creator: None,
+            hold,
+        })
     }
 
     /// [`Client::get`], asking the store for every object.
@@ -337,24 +350,9 @@ impl Client {
                 out.push(None);
                 continue;
             };
-            let data = self.inner.checked_ptr(loc.offset, loc.data_size);
-            let meta = self.inner.checked_ptr(
-                loc.offset + metadata_offset(loc.data_size),
-                loc.metadata_size,
-            );
-            match (data, meta) {
-                (Ok(d), Ok(m)) => out.push(Some(ObjectBuffer {
-                    session: self.inner.clone(),
-                    id: *id,
-                    data: d,
-                    data_len: loc.data_size as usize,
-                    meta: m,
-                    meta_len: loc.metadata_size as usize,
-                    armed: true,
-                    creator: None,
-                    hold: None,
-                })),
-                (Err(e), _) | (_, Err(e)) => {
+            match self.buffer(*id, loc.offset, loc.data_size, loc.metadata_size, None) {
+                Ok(b) => out.push(Some(b)),
+                Err(e) => {
                     self.inner.release_quietly(*id);
                     error.get_or_insert(e);
                     out.push(None);
