@@ -89,6 +89,9 @@ impl Session {
             .len(arena.size as usize)
             .map_raw(&file)
             .map_err(|e| ClientError::Protocol(format!("cannot map the store's memory: {e}")))?;
+        // 2 MiB pages where the kernel allows them for shared memory (see
+        // the store's arena): fewer page faults on large objects. Only a hint.
+        let _ = map.advise(memmap2::Advice::HugePage);
         let writer = hs
             .conn
             .stream()

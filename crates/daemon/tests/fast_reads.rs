@@ -241,3 +241,77 @@ fn a_killed_reader_leaves_nothing_held() {
     let s = c.stats().unwrap();
     assert_eq!((s.used, s.objects), (0, 0));
 }
+
+/// Restores a sysfs setting when dropped.
+struct Setting {
+    path: &'static str,
+    old: String,
+}
+
+impl Setting {
+    fn set(path: &'static str, value: &str) -> Option<Self> {
+        let text = std::fs::read_to_string(path).ok()?;
+        // "always within_size advise [never] deny force": the bracketed one.
+        let old = text.split(['[', ']']).nth(1)?.to_string();
+        std::fs::write(path, value).ok()?;
+        Some(Self { path, old })
+    }
+}
+
+impl Drop for Setting {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path, &self.old);
+    }
+}
+
+/// kB of the store's memory this process maps with 2 MiB page-table entries.
+fn arena_pmd_mapped_kb() -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut in_arena = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            in_arena = line.contains("ferroplasma-arena");
+        } else if in_arena && first == "ShmemPmdMapped:" {
+            kb += line
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+    }
+    kb
+}
+
+/// With shared-memory transparent huge pages on request (`advise`, the
+/// setting docs/operations.md recommends), the store's memory is mapped
+/// with 2 MiB pages by writers and readers alike: a reader of a large
+/// object takes 512x fewer page faults (docs/benchmarks.md, the reader of
+/// 100 MB objects). Root: it changes a system setting, and restores it.
+#[test]
+#[ignore = "root: sets /sys/kernel/mm/transparent_hugepage/shmem_enabled"]
+fn root_large_objects_are_mapped_with_huge_pages_when_the_system_allows() {
+    let Some(_thp) = Setting::set(
+        "/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+        "advise",
+    ) else {
+        eprintln!("skipped: this kernel has no shared-memory transparent huge pages");
+        return;
+    };
+    let store = TestStore::start("256MiB");
+    let writer = store.client();
+    let id = ObjectId::random();
+    let data = content(id, 64 << 20);
+    writer.put(id, &data, b"").unwrap();
+    let reader = store.client();
+    let got = reader.get(&[id], Some(Duration::ZERO)).unwrap();
+    let buf = got[0].as_ref().expect("sealed");
+    assert_eq!(buf.data(), &data[..]);
+    let kb = arena_pmd_mapped_kb();
+    assert!(
+        kb >= 32 << 10,
+        "only {kb} kB of 2 x 64 MiB of mapped store memory is in huge pages"
+    );
+}
