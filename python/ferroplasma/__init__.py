@@ -95,9 +95,9 @@ def put(obj: Any, object_id: ObjectID | None = None) -> ObjectID:
     return default_client().put(obj, object_id)
 
 
-def get(object_id: Any, timeout: float | None = None) -> Any:
+def get(object_id: Any, timeout: float | None = None, *, bytes_as_view: bool = False) -> Any:
     """``get`` on the default client."""
-    return default_client().get(object_id, timeout)
+    return default_client().get(object_id, timeout, bytes_as_view=bytes_as_view)
 
 
 def __getattr__(name: str) -> Any:

@@ -3,17 +3,21 @@ against the built module (mypy's stubtest)."""
 
 import builtins
 import os
-from typing import final
+from typing import Any, final
 
 __all__ = [
     "Buffer",
     "NativeClient",
     "NativeSubscription",
     "WritableBuffer",
+    "copy_into",
     "decode_events",
     "decode_plasma_event",
     "default_socket",
     "run_cli",
+    "str_list_read",
+    "str_list_size",
+    "str_list_write",
 ]
 
 @final
@@ -74,3 +78,16 @@ def run_cli(argv: list[str]) -> int: ...
 def default_socket() -> str: ...
 def decode_events(data: bytes) -> list[tuple[str, bytes, int, int]]: ...
 def decode_plasma_event(body: bytes) -> tuple[str, bytes, int, int]: ...
+def copy_into(dst: Any, src: Any) -> None:
+    """Copies ``src`` into the writable ``dst`` (same size; several threads
+    from 8 MiB, the GIL released)."""
+
+def str_list_size(obj: object) -> int | None:
+    """The list-of-str layout's size, or None if ``obj`` is not a non-empty
+    list of exact, UTF-8-encodable ``str``."""
+
+def str_list_write(obj: list[str], target: Any) -> None:
+    """Writes the list-of-str layout into ``target`` (exactly its size)."""
+
+def str_list_read(payload: Any) -> list[str]:
+    """Rebuilds a list of ``str`` from its layout."""

@@ -211,27 +211,37 @@ class Client:
         return oid
 
     @overload
-    def get(self, object_id: IdLike, timeout: float | None = None) -> Any: ...
+    def get(
+        self, object_id: IdLike, timeout: float | None = None, *, bytes_as_view: bool = False
+    ) -> Any: ...
 
     @overload
     def get(
-        self, object_id: Sequence[IdLike], timeout: float | None = None
+        self,
+        object_id: Sequence[IdLike],
+        timeout: float | None = None,
+        *,
+        bytes_as_view: bool = False,
     ) -> builtins.list[Any]: ...
 
-    def get(self, object_id, timeout=None):
+    def get(self, object_id, timeout=None, *, bytes_as_view=False):
         """Gets one object (or a list of them, in one round trip), waiting up
         to ``timeout`` seconds for those not yet sealed. Arrays, frames and
         tables come back as read-only views of shared memory, kept alive as
         long as they are referenced. Objects not available in time come back
-        as :data:`NotAvailable`.
+        as :data:`NotAvailable`. ``bytes_as_view=True``: a stored ``bytes``
+        object comes back as a read-only ``memoryview`` of shared memory
+        instead of a copy (for callers that take any buffer).
 
         >>> client.get(oid)["weights"].flags.writeable       # doctest: +SKIP
         False
+        >>> client.get(client.put(b"abc"), bytes_as_view=True)  # doctest: +SKIP
+        <memory at 0x...>
         """
         single = isinstance(object_id, _ONE_ID)
         ids = [object_id] if single else list(object_id)
         bufs = self.get_buffers(ids, timeout)
-        out = [NotAvailable if b is None else serialization.read(b) for b in bufs]
+        out = [NotAvailable if b is None else serialization.read(b, bytes_as_view) for b in bufs]
         return out[0] if single else out
 
     # ------------------------------------------------------------ queries

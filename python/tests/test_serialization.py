@@ -166,3 +166,91 @@ def test_format_errors_are_clear():
     cut = serialization.write(np.arange(100))[:40]
     with pytest.raises(fp.SerializationError, match="corrupt"):
         serialization.read(cut)
+
+
+def test_large_bytes_are_copied_once_on_put(client):
+    """A top-level bytes object goes straight into the store: no pickle
+    stream holding a second copy of it (Python allocates ~nothing)."""
+    import tracemalloc
+
+    data = np.random.default_rng(3).integers(0, 256, 32 * 2**20, dtype=np.uint8).tobytes()
+    tracemalloc.start()
+    try:
+        oid = client.put(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"put of 32 MiB of bytes allocated {peak} bytes on the way"
+    got = client.get(oid)
+    assert type(got) is bytes and got == data
+
+
+def test_bytes_can_come_back_as_a_view_of_the_store(client):
+    data = bytes(range(256)) * 4096
+    oid = client.put(data)
+    view = client.get(oid, bytes_as_view=True)
+    assert isinstance(view, memoryview) and view.readonly and view == data
+    [b] = client.get_buffers([oid])
+    at = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    assert b.address <= at < b.address + len(b), "the view is a copy"
+    # Everything else is unchanged by the flag; the default stays bytes.
+    assert type(client.get(oid)) is bytes
+    other = client.put({"b": b"x"})
+    assert client.get(other, bytes_as_view=True) == {"b": b"x"}
+    assert client.get([oid], bytes_as_view=True)[0] == data
+
+
+STRING_LISTS = [
+    ["a", "", "bc" * 100, "ünïcødé ✓", "\U0001f600", "x\x00y"],
+    [f"string {i}" for i in range(10_000)],
+    [""] * 3,
+]
+
+
+@pytest.mark.parametrize("obj", STRING_LISTS, ids=["mixed", "many", "empty-strings"])
+def test_lists_of_strings_have_a_native_layout(client, obj):
+    """A list of plain str is stored as offsets and UTF-8 (no pickle), and
+    comes back equal, as a list of str."""
+    blob = serialization.write(obj)
+    assert blob[5] == serialization.KIND_STR_LIST
+    got = round_trip(client, obj)
+    assert type(got) is list and got == obj and all(type(s) is str for s in got)
+
+
+class Name(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [[], ["a", 1], ["a", Name("b")], ["lone \udc80 surrogate"], ("a", "b")],
+    ids=["empty", "int", "subclass", "surrogate", "tuple"],
+)
+def test_other_sequences_of_strings_are_pickled(client, obj):
+    blob = serialization.write(obj)
+    assert blob[5] == serialization.KIND_PICKLE
+    got = round_trip(client, obj)
+    assert got == obj and type(got) is type(obj)
+    assert [type(x) for x in got] == [type(x) for x in obj]
+
+
+def test_a_list_changed_while_it_is_stored_is_refused_not_overrun():
+    obj = ["abc"] * 10
+    p = serialization.plan(obj)
+    obj.append("d" * 10_000)
+    with pytest.raises(fp.SerializationError, match="changed"):
+        p.fill(memoryview(bytearray(p.size)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 8 * 2**20 + 3, 40 * 2**20 + 17])
+def test_the_parallel_copy_copies_every_byte(n):
+    from ferroplasma import _native
+
+    src = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    dst = bytearray(n)
+    _native.copy_into(dst, src)
+    assert dst == src.tobytes()
+    with pytest.raises(ValueError, match="size"):
+        _native.copy_into(bytearray(n + 1), src)
+    with pytest.raises((TypeError, BufferError)):
+        _native.copy_into(b"\x00" * n, src)

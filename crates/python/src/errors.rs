@@ -17,6 +17,12 @@ pyo3::import_exception!(ferroplasma.errors, ForkedClient);
 pyo3::import_exception!(ferroplasma.errors, Disconnected);
 pyo3::import_exception!(ferroplasma.errors, ObjectLost);
 pyo3::import_exception!(ferroplasma.errors, ClusterUnavailable);
+pyo3::import_exception!(ferroplasma.errors, SerializationError);
+
+/// An object that cannot be laid out or read back (`SerializationError`).
+pub fn serialization_error(msg: impl Into<String>) -> PyErr {
+    SerializationError::new_err(msg.into())
+}
 
 /// Maps a client error onto the Python exception tree.
 pub fn to_py(e: ClientError) -> PyErr {

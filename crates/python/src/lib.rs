@@ -7,11 +7,14 @@
 //! - [`client`] — `NativeClient`: one connection; every blocking call releases the GIL.
 //! - [`buffers`] — `Buffer` (sealed, read-only) and `WritableBuffer` (being
 //!   created), both exporting the buffer protocol without copying.
+//! - [`codec`] — the parallel copy into the store and the list-of-`str`
+//!   layout of `ferroplasma.serialization`.
 //! - [`subscription`] — `NativeSubscription`, an iterator of events.
 //! - [`errors`] — the one mapping from `ClientError` to `ferroplasma.errors`.
 
 pub mod buffers;
 pub mod client;
+pub mod codec;
 pub mod errors;
 pub mod subscription;
 
@@ -53,6 +56,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::Buffer>()?;
     m.add_class::<buffers::WritableBuffer>()?;
     m.add_class::<subscription::NativeSubscription>()?;
+    m.add_function(wrap_pyfunction!(codec::copy_into, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::str_list_size, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::str_list_write, m)?)?;
+    m.add_function(wrap_pyfunction!(codec::str_list_read, m)?)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(default_socket, m)?)?;
     m.add_function(wrap_pyfunction!(subscription::decode_events, m)?)?;
