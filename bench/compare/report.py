@@ -113,7 +113,8 @@ def markdown(results: dict) -> str:
     m, c = results["machine"], results["config"]
     lines = [
         f"Run of {m['date']}: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, "
-        f"Linux {m['kernel']}, Python {m['python']}; {c['rounds']} measured rounds after "
+        f"Linux {m['kernel']} (shared-memory huge pages: {m.get('shmem_thp', 'unknown')}), "
+        f"Python {m['python']}; {c['rounds']} measured rounds after "
         f"{c['warmup_rounds']} warm-up, systems interleaved; {c['seconds']} s in all"
         + (" (quick mode)" if c["quick"] else "")
         + ".",

@@ -133,11 +133,17 @@ def machine_facts() -> dict:
         mem_gib = 0
     import numpy
 
+    try:  # shared-memory transparent huge pages: "never", "advise", ...
+        thp = open("/sys/kernel/mm/transparent_hugepage/shmem_enabled").read()
+        shmem_thp = thp.split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        shmem_thp = "unknown"
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
         "memory_gib": round(mem_gib, 1),
         "kernel": platform.release(),
+        "shmem_thp": shmem_thp,
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "date": datetime.date.today().isoformat(),

@@ -159,7 +159,8 @@ class Client:
         ``timeout`` seconds (None: forever, 0: not at all) for those not yet
         sealed; None for objects not available in time. Each buffer keeps
         its object alive until it (and every view of it) is garbage."""
-        ids = [as_bytes(o) for o in object_ids]
+        # The native side reads ObjectIDs and bytes in place.
+        ids = object_ids if type(object_ids) is list else list(object_ids)
         return self._native.get_buffers(ids, _timeout_ms(timeout))
 
     def release(self, object_id: IdLike) -> None:
@@ -253,15 +254,17 @@ class Client:
         true when it is sealed on any live member of the cluster, e.g.
         ``client.contains(oid, cluster=True)``."""
         if isinstance(object_id, _ONE_ID):
-            return self._native.contains([as_bytes(object_id)], cluster)[0]
-        return self._native.contains([as_bytes(o) for o in object_id], cluster)
+            return self._native.contains([object_id], cluster)[0]
+        ids = object_id if type(object_id) is list else list(object_id)
+        return self._native.contains(ids, cluster)
 
     def delete(self, object_ids: IdLike | Sequence[IdLike]) -> builtins.list[str]:
         """Deletes objects now, or when their last reference goes. One of
         "deleted", "deferred", "not_found" per id."""
         if isinstance(object_ids, _ONE_ID):
             object_ids = [object_ids]
-        return self._native.delete([as_bytes(o) for o in object_ids])
+        ids = object_ids if type(object_ids) is list else list(object_ids)
+        return self._native.delete(ids)
 
     def list(self, cluster: bool = False) -> dict[ObjectID, dict[str, Any]]:
         """Every object: data_size, metadata_size, ref_count, state

@@ -252,9 +252,8 @@ impl Client {
         for (pos, id) in ids.iter().enumerate() {
             match fast.take(id) {
                 Take::Held(slot, v) => {
-                    // Counted as held first: an error below still gives the
-                    // hold back (through the buffer's Drop or here).
-                    self.inner.releases.add_held(*id);
+                    // The hold itself is the reference (and what `release`
+                    // checks); an error below gives it back here.
                     match self.buffer(*id, v.offset, v.data_size, v.metadata_size, Some(slot)) {
                         Ok(b) => out.push(Some(b)),
                         Err(e) => {

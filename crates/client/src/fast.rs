@@ -5,7 +5,7 @@
 use crate::error::{ClientError, Result};
 use ferroplasma_protocol::table::{self, Header, Slot, Take, SLOT_BYTES};
 use ferroplasma_protocol::ObjectId;
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::{MmapMut, MmapOptions, MmapRaw};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -15,6 +15,11 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub(crate) struct FastView {
     table: MmapRaw,
     holds: MmapRaw,
+    /// Per slot, a tag of the id this process holds there (this process
+    /// only; anonymous memory, zero until touched). It answers "does this
+    /// client hold `id`" (Plasma's `release` check) without a map of held
+    /// ids, which cost a third of a batched get.
+    tags: MmapMut,
     slots: usize,
     key: u64,
 }
@@ -32,9 +37,12 @@ impl FastView {
             .len(table::holds_region_len(slots))
             .map_raw(&File::from(holds))
             .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
+        let tags = MmapMut::map_anon(slots.max(1) * 8)
+            .map_err(|e| bad(format!("cannot map the tags: {e}")))?;
         let mut v = Self {
             table,
             holds,
+            tags,
             slots,
             key: 0,
         };
@@ -75,9 +83,39 @@ impl FastView {
         unsafe { std::slice::from_raw_parts(self.holds.as_ptr() as *const AtomicU32, self.slots) }
     }
 
+    fn tags(&self) -> &[AtomicU64] {
+        // Safety: `slots` u64s of private anonymous memory, page-aligned,
+        // alive as long as `self`; `AtomicU64` is valid for any bytes.
+        unsafe { std::slice::from_raw_parts(self.tags.as_ptr() as *const AtomicU64, self.slots) }
+    }
+
+    /// A 64-bit tag of `id`, never 0 (a keyed hash unlike the slot's).
+    fn tag(&self, words: &[u64; 3]) -> u64 {
+        table::home(words, !self.key, usize::MAX) as u64 | 1
+    }
+
     /// Takes a hold on the sealed object `id`.
     pub fn take(&self, id: &ObjectId) -> Take {
-        table::take(self.slots(), self.holds(), self.key, id)
+        let took = table::take(self.slots(), self.holds(), self.key, id);
+        if let Take::Held(slot, _) = took {
+            // A slot is taken again only once the store has stopped adopting
+            // holds on it, so while any hold of this process is on it, it
+            // is for this id.
+            self.tags()[slot].store(self.tag(&table::id_words(id)), Ordering::Relaxed);
+        }
+        took
+    }
+
+    /// Whether this process holds `id` through the table (a buffer of it is
+    /// alive), even if it was deleted or its slot reused since.
+    pub fn holds_id(&self, id: &ObjectId) -> bool {
+        let words = table::id_words(id);
+        let tag = self.tag(&words);
+        let (holds, tags) = (self.holds(), self.tags());
+        table::window(&words, self.key, self.slots).any(|i| {
+            tags[i].load(Ordering::Relaxed) == tag
+                && holds[i].load(Ordering::Relaxed) & !table::ADOPTED != 0
+        })
     }
 
     /// Gives back a hold taken on `slot`: true when the store had adopted

@@ -288,7 +288,12 @@ impl Session {
         self.check_pid()?;
         match self.releases.creators().release(id) {
             CreatorRelease::BufferAlive | CreatorRelease::AlreadyEnded => Ok(()),
-            CreatorRelease::NotCreator if self.releases.holds(id) => Ok(()),
+            CreatorRelease::NotCreator
+                if self.releases.holds(id)
+                    || self.fast.as_ref().is_some_and(|f| f.holds_id(&id)) =>
+            {
+                Ok(())
+            }
             CreatorRelease::NotCreator => Err(ClientError::NotHeld(id)),
         }
     }
@@ -316,7 +321,6 @@ impl Session {
         if self.check_pid().is_err() {
             return;
         }
-        self.releases.take_held(id);
         if self.fast.as_ref().is_some_and(|f| f.give_back(slot)) {
             self.defer_releases(vec![id]);
         }

@@ -315,3 +315,36 @@ fn root_large_objects_are_mapped_with_huge_pages_when_the_system_allows() {
         "only {kb} kB of 2 x 64 MiB of mapped store memory is in huge pages"
     );
 }
+
+/// Plasma's `release` check (does this client hold the object?) holds for
+/// objects held through the table: while a buffer is alive, also after the
+/// object was deleted and its slot reused; not once the buffer is gone.
+#[test]
+fn release_knows_what_a_client_holds_through_the_table() {
+    let store = TestStore::start_with("64MiB", &["--table-slots", "64"]);
+    let c = store.client();
+    let id = ObjectId::random();
+    c.put(id, b"held", b"").unwrap();
+    let got = c.get(&[id], Some(Duration::ZERO)).unwrap();
+    c.release(id).expect("held through the table");
+    let other = ObjectId::random();
+    assert!(matches!(
+        c.release(other),
+        Err(ferroplasma_client::ClientError::NotHeld(_))
+    ));
+    // Deleted while held, and 64 slots filled with other objects: the slot
+    // it had may now hold another one.
+    assert_eq!(c.delete(&[id]).unwrap(), vec![DeleteStatus::Deferred]);
+    for _ in 0..200 {
+        let o = ObjectId::random();
+        c.put(o, b"x", b"").unwrap();
+        drop(c.get(&[o], Some(Duration::ZERO)).unwrap());
+    }
+    c.release(id).expect("still held: the buffer is alive");
+    assert_eq!(got[0].as_ref().unwrap().data(), b"held");
+    drop(got);
+    assert!(matches!(
+        c.release(id),
+        Err(ferroplasma_client::ClientError::NotHeld(_))
+    ));
+}

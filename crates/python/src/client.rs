@@ -15,8 +15,27 @@ fn oid(b: &[u8]) -> PyResult<ObjectId> {
     ObjectId::from_slice(b).map_err(|e| InvalidRequest::new_err(e.to_string()))
 }
 
-fn oids(list: Vec<Vec<u8>>) -> PyResult<Vec<ObjectId>> {
-    list.iter().map(|b| oid(b)).collect()
+/// The id of an `ObjectID` (its `_b`) or of 20 `bytes`, read in place;
+/// anything else (40 hex digits, a bytearray) through `_ids.as_bytes`, which
+/// also raises the error for what is no id. A batched get of 1000 objects
+/// spent a third of its time converting ids in Python before this.
+fn oid_of(item: &Bound<'_, PyAny>) -> PyResult<ObjectId> {
+    let py = item.py();
+    if let Ok(b) = item.cast_exact::<PyBytes>() {
+        return oid(b.as_bytes());
+    }
+    if let Ok(inner) = item.getattr(pyo3::intern!(py, "_b")) {
+        if let Ok(b) = inner.cast_exact::<PyBytes>() {
+            return oid(b.as_bytes());
+        }
+    }
+    let as_bytes = py.import("ferroplasma._ids")?.getattr("as_bytes")?;
+    let b = as_bytes.call1((item,))?;
+    oid(b.cast::<PyBytes>()?.as_bytes())
+}
+
+fn oids(list: Vec<Bound<'_, PyAny>>) -> PyResult<Vec<ObjectId>> {
+    list.iter().map(oid_of).collect()
 }
 
 /// Copies a bytes-like object's contents (any buffer, contiguous or not).
@@ -115,7 +134,7 @@ impl NativeClient {
     fn get_buffers(
         &self,
         py: Python<'_>,
-        object_ids: Vec<Vec<u8>>,
+        object_ids: Vec<Bound<'_, PyAny>>,
         timeout_ms: i64,
     ) -> PyResult<Vec<Option<Buffer>>> {
         let ids = oids(object_ids)?;
@@ -139,7 +158,7 @@ impl NativeClient {
     fn contains(
         &self,
         py: Python<'_>,
-        object_ids: Vec<Vec<u8>>,
+        object_ids: Vec<Bound<'_, PyAny>>,
         cluster: bool,
     ) -> PyResult<Vec<bool>> {
         let ids = oids(object_ids)?;
@@ -147,7 +166,11 @@ impl NativeClient {
     }
 
     /// Deletes objects; one of "deleted", "deferred", "not_found" per id.
-    fn delete(&self, py: Python<'_>, object_ids: Vec<Vec<u8>>) -> PyResult<Vec<&'static str>> {
+    fn delete(
+        &self,
+        py: Python<'_>,
+        object_ids: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<&'static str>> {
         let ids = oids(object_ids)?;
         let st = py.detach(|| self.inner.delete(&ids)).py_err()?;
         Ok(st
