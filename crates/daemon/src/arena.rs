@@ -44,6 +44,12 @@ impl Arena {
         Ok(Self { file, map, size })
     }
 
+    /// The file and its mapping, apart: a caller that hands the file to
+    /// one client and keeps only the mapping holds no descriptor for it.
+    pub fn into_parts(self) -> (File, MmapRaw) {
+        (self.file, self.map)
+    }
+
     /// Bytes in the arena.
     pub fn size(&self) -> u64 {
         self.size
@@ -211,16 +217,21 @@ fn ask_for_transparent_huge_pages(map: &MmapRaw) {
         tracing::debug!("madvise(MADV_HUGEPAGE) on the arena failed: {e}");
         return;
     }
-    let setting = std::fs::read_to_string(SHMEM_THP).unwrap_or_default();
-    let chosen = setting.split(['[', ']']).nth(1).unwrap_or("");
-    if matches!(chosen, "never" | "deny") {
-        tracing::info!(
-            "the kernel maps shared memory in 4 KiB pages ({SHMEM_THP} is {chosen}): \
-             first reads of large objects pay a page fault per 64 KiB; \
-             `echo advise > {SHMEM_THP}` lets the store use 2 MiB pages \
-             (docs/operations.md)"
-        );
-    }
+    // Once, for the store's arena (the first one made): every client's
+    // holds region is an arena too.
+    static CHECKED: std::sync::Once = std::sync::Once::new();
+    CHECKED.call_once(|| {
+        let setting = std::fs::read_to_string(SHMEM_THP).unwrap_or_default();
+        let chosen = setting.split(['[', ']']).nth(1).unwrap_or("");
+        if matches!(chosen, "never" | "deny") {
+            tracing::info!(
+                "the kernel maps shared memory in 4 KiB pages ({SHMEM_THP} is {chosen}): \
+                 first reads of large objects pay a page fault per 64 KiB; \
+                 `echo advise > {SHMEM_THP}` lets the store use 2 MiB pages \
+                 (docs/operations.md)"
+            );
+        }
+    });
 }
 
 fn memfd(hugepages: bool) -> Result<File, DaemonError> {

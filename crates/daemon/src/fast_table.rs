@@ -13,6 +13,7 @@ use crate::DaemonError;
 use ferroplasma_protocol::table::{self, Header, Slot, SLOT_BYTES};
 use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::{ClientId, Location, Readers};
+use memmap2::MmapRaw;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -37,7 +38,7 @@ struct State {
     taken: Vec<Option<ObjectId>>,
     /// Each connected client's holds region, and how far the store has
     /// read its ring of releases.
-    holds: HashMap<ClientId, (Arena, u64)>,
+    holds: HashMap<ClientId, (MmapRaw, u64)>,
 }
 
 impl FastTable {
@@ -83,21 +84,21 @@ impl FastTable {
         }
     }
 
-    fn holds_of(region: &Arena, slots: usize) -> &[AtomicU32] {
+    fn holds_of(region: &MmapRaw, slots: usize) -> &[AtomicU32] {
         // Safety: the region was created `holds_region_len(slots)` long,
         // starting with `slots` u32s; `AtomicU32` is valid for any bytes;
         // the client may write them at any time, which atomics allow; the
         // borrow does not outlive the region.
-        unsafe { std::slice::from_raw_parts(region.ptr() as *const AtomicU32, slots) }
+        unsafe { std::slice::from_raw_parts(region.as_ptr() as *const AtomicU32, slots) }
     }
 
-    fn ring_of(region: &Arena, slots: usize) -> (&AtomicU64, &[AtomicU32]) {
+    fn ring_of(region: &MmapRaw, slots: usize) -> (&AtomicU64, &[AtomicU32]) {
         let at = table::ring_offset(slots);
         // Safety: as for `holds_of`: the head (8 bytes, 64-byte aligned)
         // and `RING` u32s lie inside the region (`holds_region_len`), and
         // atomics are valid for any bytes the client writes.
         unsafe {
-            let base = region.ptr().add(at);
+            let base = region.as_ptr().add(at);
             (
                 &*(base as *const AtomicU64),
                 std::slice::from_raw_parts(base.add(8) as *const AtomicU32, table::RING),
@@ -125,12 +126,14 @@ impl FastTable {
         self.slots == 0
     }
 
-    /// Creates `client`'s holds region; returns its descriptor.
+    /// Creates `client`'s holds region; returns its descriptor, the only
+    /// one: the store keeps just the mapping, so a client costs the store
+    /// one descriptor (its socket) once the handshake is sent.
     pub fn add_client(&self, client: ClientId) -> Result<OwnedFd, DaemonError> {
         let region = Arena::create(table::holds_region_len(self.slots) as u64, None, false)?;
-        let fd = region.dup_fd()?;
-        self.lock().holds.insert(client, (region, 0));
-        Ok(fd)
+        let (file, map) = region.into_parts();
+        self.lock().holds.insert(client, (map, 0));
+        Ok(OwnedFd::from(file))
     }
 
     /// Drops `client`'s holds region (it disconnected: the holds the store

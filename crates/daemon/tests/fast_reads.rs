@@ -348,3 +348,30 @@ fn release_knows_what_a_client_holds_through_the_table() {
         Err(ferroplasma_client::ClientError::NotHeld(_))
     ));
 }
+
+/// A client costs the store one descriptor, its socket: the store keeps
+/// only the mapping of the client's holds region, not its file.
+#[test]
+fn a_client_costs_the_store_one_descriptor() {
+    let store = store_with_table("64MiB");
+    let pid = store.child.as_ref().unwrap().id();
+    let open = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let _warm = store.client();
+    let before = open();
+    let clients: Vec<Client> = (0..20).map(|_| store.client()).collect();
+    // Each client sees the table (its gets need no round trip).
+    let id = ObjectId::random();
+    clients[0].put(id, b"x", b"").unwrap();
+    let after = open();
+    assert_eq!(
+        after - before,
+        clients.len(),
+        "20 clients took {} descriptors of the store",
+        after - before
+    );
+    drop(clients);
+}
