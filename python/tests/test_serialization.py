@@ -254,3 +254,19 @@ def test_the_parallel_copy_copies_every_byte(n):
         _native.copy_into(bytearray(n + 1), src)
     with pytest.raises((TypeError, BufferError)):
         _native.copy_into(b"\x00" * n, src)
+
+
+def test_a_corrupt_list_of_strings_is_a_clear_error():
+    good = bytearray(serialization.write(["ab", "cd"]))
+    bad_text = bytearray(good)
+    bad_text[-1] = 0xFF
+    with pytest.raises(fp.SerializationError, match="UTF-8"):
+        serialization.read(bad_text)
+    bad_offset = bytearray(good)
+    bad_offset[64 + 24 : 64 + 32] = (10**6).to_bytes(8, "little")
+    with pytest.raises(fp.SerializationError, match="past the end"):
+        serialization.read(bad_offset)
+    huge_count = bytearray(good)
+    huge_count[64:72] = (2**62).to_bytes(8, "little")
+    with pytest.raises(fp.SerializationError, match="count"):
+        serialization.read(huge_count)

@@ -191,16 +191,50 @@ pub fn str_list_read<'py>(
         .filter(|&at| at <= data.len())
         .ok_or_else(|| corrupt("count past the end"))?;
     let text = &data[data_at..];
-    let mut items = Vec::with_capacity(n);
+    let len = pyo3::ffi::Py_ssize_t::try_from(n).map_err(|_| corrupt("count"))?;
+    // Safety: PyList_New returns a new list of `n` NULL items (or NULL with
+    // an exception set); Bound takes ownership of that reference. Every
+    // item is set below before the list is returned; on an error the
+    // list is dropped with some items still NULL, which list_dealloc
+    // allows.
+    let list = unsafe {
+        Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyList_New(len))?
+            .cast_into_unchecked::<PyList>()
+    };
     let mut start = 0usize;
     for i in 0..n {
         let end = read_u64(data, 16 + 8 * i).ok_or_else(|| corrupt("offsets"))?;
         let bytes = text
             .get(start..end)
             .ok_or_else(|| corrupt("offset past the end"))?;
-        let s = std::str::from_utf8(bytes).map_err(|_| corrupt("not UTF-8"))?;
-        items.push(PyString::new(py, s));
+        // Safety: `bytes` is valid for reads of its length. ASCII text is
+        // copied into a new compact ASCII string of that length (its data
+        // is `len` one-byte characters, NUL-terminated by PyUnicode_New);
+        // anything else goes through the UTF-8 decoder, which checks it
+        // (NULL and an exception when invalid). PyList_SET_ITEM steals the
+        // new reference into slot i < n of a list nobody else has seen yet.
+        unsafe {
+            let len = bytes.len() as pyo3::ffi::Py_ssize_t;
+            let s = if bytes.is_ascii() {
+                let s = pyo3::ffi::PyUnicode_New(len, 127);
+                if !s.is_null() {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        pyo3::ffi::PyUnicode_DATA(s).cast::<u8>(),
+                        bytes.len(),
+                    );
+                }
+                s
+            } else {
+                pyo3::ffi::PyUnicode_DecodeUTF8(bytes.as_ptr().cast(), len, c"strict".as_ptr())
+            };
+            if s.is_null() {
+                pyo3::ffi::PyErr_Clear();
+                return Err(corrupt("not UTF-8"));
+            }
+            pyo3::ffi::PyList_SET_ITEM(list.as_ptr(), i as pyo3::ffi::Py_ssize_t, s);
+        }
         start = end;
     }
-    PyList::new(py, items)
+    Ok(list)
 }
