@@ -149,8 +149,13 @@ class Client:
 
     def create_and_seal(self, object_id: IdLike, data: Any, metadata: bytes = b"") -> None:
         """Creates, fills and seals an object: in one message up to 8 MiB of
-        data and metadata, as create + copy + seal above that."""
-        self._native.create_and_seal(as_bytes(object_id), data, bytes(metadata))
+        data and metadata, as create + copy + seal above that. ``data`` is
+        any buffer (bytes, a numpy array of any dtype, a strided view): its
+        bytes in C order."""
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1 or not view.c_contiguous:
+            view = view.cast("B") if view.c_contiguous else memoryview(view.tobytes())
+        self._native.create_and_seal(as_bytes(object_id), view, bytes(metadata))
 
     def get_buffers(
         self, object_ids: Sequence[IdLike], timeout: float | None = None

@@ -299,3 +299,13 @@ def test_object_ids():
             fp.ObjectID(bad)
     with pytest.raises(fp.InvalidRequest):
         fp.ObjectID.from_hex("zz")
+
+
+def test_create_and_seal_takes_any_buffer_large_or_strided(client):
+    big = np.random.default_rng(5).integers(0, 256, 9 * 2**20 + 7, dtype=np.uint8)
+    strided = np.arange(4000, dtype=np.int32)[::3]  # not contiguous
+    for data in (big, memoryview(big)[1:], strided):
+        oid = fp.ObjectID.random()
+        client.create_and_seal(oid, data)
+        [buf] = client.get_buffers([oid])
+        assert bytes(buf) == np.ascontiguousarray(data).tobytes()
