@@ -35,7 +35,10 @@ import numpy as np
 
 # Which call stands for each operation, where it is not the obvious one.
 NOTES = {
-    "ferroplasma": "create/write/seal/release; get_buffers; buffers release when dropped",
+    "ferroplasma": (
+        "create/write/seal/release; get_buffers; buffers release when dropped; "
+        "get of bytes with bytes_as_view=True (a memoryview of the store, as Vineyard's)"
+    ),
     "plasma": "pyarrow 11 plasma client: create/seal, get_buffers, buffers release when dropped",
     "ray": (
         "ray.put/ray.get of a uint8 array (objects under 100 KiB live in the owner's heap, "
@@ -206,6 +209,9 @@ class FerroplasmaAdapter(_PlasmaShaped):
         from importlib.metadata import version
 
         return version("ferroplasma")
+
+    def get_obj(self, key):
+        return self.client.get(key, bytes_as_view=True)
 
     def create_seal(self, src):
         oid = self.fp.ObjectID.from_random()
