@@ -7,7 +7,9 @@ PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
 
-.PHONY: help build wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
+PREFIX ?= /usr/local
+
+.PHONY: help build c-lib install-c header wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -19,9 +21,29 @@ $(VENV)/.deps: pyproject.toml Makefile
 	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff mypy pytest numpy pandas pyarrow matplotlib duckdb tqdm
 	touch $@
 
-build: $(VENV)/.deps ## Build (release) the Python package into .venv, with the `ferroplasma` command
+build: $(VENV)/.deps c-lib ## Build (release) the Python package into .venv, with the `ferroplasma` command, and the C library
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release -q
-	@echo "built: $(VENV)/bin/ferroplasma and 'import ferroplasma' in $(VENV)"
+	@echo "built: $(VENV)/bin/ferroplasma and 'import ferroplasma' in $(VENV); the C library in target/c"
+
+# The C library (docs/languages.md): libferroplasma.so and .a, ferroplasma.h
+# and ferroplasma.hpp, and a pkg-config file, laid out as under a prefix.
+C_OUT := target/c
+c-lib: ## Build the C library, its headers and ferroplasma.pc into target/c (PKG_CONFIG_PATH=target/c/lib/pkgconfig)
+	$(CARGO) build --release -p ferroplasma-capi
+	mkdir -p $(C_OUT)/lib/pkgconfig $(C_OUT)/include
+	cp target/release/libferroplasma.so target/release/libferroplasma.a $(C_OUT)/lib/
+	cp crates/capi/include/ferroplasma.h crates/capi/include/ferroplasma.hpp $(C_OUT)/include/
+	sed -e 's|@PREFIX@|$(CURDIR)/$(C_OUT)|' -e 's|@VERSION@|0.1.0|' crates/capi/ferroplasma.pc.in > $(C_OUT)/lib/pkgconfig/ferroplasma.pc
+
+install-c: c-lib ## Install the C library, headers and pkg-config file under PREFIX (default /usr/local)
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(C_OUT)/lib/libferroplasma.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(C_OUT)/lib/libferroplasma.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(C_OUT)/include/ferroplasma.h $(C_OUT)/include/ferroplasma.hpp $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' crates/capi/ferroplasma.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferroplasma.pc
+
+header: ## Regenerate crates/capi/include/ferroplasma.h from the code (cbindgen)
+	FP_WRITE_HEADER=1 $(CARGO) test -q -p ferroplasma-capi --test header
 
 # A wheel for machines without Rust (manylinux, for the .venv's Python).
 wheel: $(VENV)/.deps ## Build a manylinux wheel into target/wheels/ (pip install it anywhere, no Rust needed)
@@ -37,6 +59,7 @@ test: test-rust test-python test-plasma ## Run every test (Rust, Python and Plas
 # Tests that need root (network namespaces, other users) are marked ignored,
 # so that elsewhere they are reported as skipped; as root they run here.
 test-rust: ## Rust unit, property and integration tests (root-only ones when root), and the loom model of the shared table
+	$(CARGO) build -p ferroplasma-capi
 	$(CARGO) test --workspace
 	RUSTFLAGS="--cfg ferroplasma_loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p ferroplasma-protocol --test table_model
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -65,6 +88,7 @@ test-plasma: build $(PLASMA_SUITE) ## Plasma's own test suite (pyarrow 11.0.0's 
 lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff, _native.pyi against the built module (stubtest)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) test -q -p ferroplasma-capi --test header
 	$(VENV)/bin/ruff check python bench
 	$(VENV)/bin/ruff format --check python bench
 	$(MAKE) build

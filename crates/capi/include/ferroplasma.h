@@ -1,0 +1,454 @@
+/*
+ * ferroplasma.h: the C API of libferroplasma, the ferroplasma client.
+ * Generated from crates/capi by cbindgen; do not edit (make header).
+ * docs/languages.md explains ownership, threads and errors, with examples.
+ */
+
+#ifndef FERROPLASMA_H
+#define FERROPLASMA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+// What a call did: `FP_OK`, or why it failed (`fp_last_error()` says more).
+typedef enum fp_status {
+  // Done.
+  FP_OK = 0,
+  // No store at the socket path, or it refused the connection.
+  FP_STORE_UNAVAILABLE = 1,
+  // An object with this id exists already.
+  FP_OBJECT_EXISTS = 2,
+  // No such object.
+  FP_OBJECT_NOT_FOUND = 3,
+  // No room, even after evicting everything unreferenced.
+  FP_STORE_FULL = 4,
+  // The object is not in a state that allows this (e.g. sealed twice).
+  FP_INVALID_STATE = 5,
+  // Larger than the store.
+  FP_TOO_LARGE = 6,
+  // A bad argument: a NULL pointer, a bad id, sizes that do not match.
+  FP_INVALID_ARGUMENT = 7,
+  // The store sent something this library does not understand.
+  FP_PROTOCOL = 8,
+  // This client holds no reference to the object.
+  FP_NOT_HELD = 9,
+  // The client was made before a fork(): connect again in the child.
+  FP_FORKED = 10,
+  // The connection to the store broke.
+  FP_DISCONNECTED = 11,
+  // The object was lost with the cluster member that held it.
+  FP_OBJECT_LOST = 12,
+  // Not enough of the store's cluster is reachable.
+  FP_CLUSTER_UNAVAILABLE = 13,
+  // A signal interrupted the call.
+  FP_INTERRUPTED = 14,
+  // Nothing arrived in time (subscriptions).
+  FP_TIMEOUT = 15,
+  // A bug in this library (a Rust panic, caught at the boundary).
+  FP_PANIC = 16,
+} fp_status;
+
+// What `fp_delete` did with one id.
+typedef enum fp_delete_status {
+  // Freed now.
+  FP_DELETED = 0,
+  // Still referenced (or not sealed); freed when the last reference goes.
+  FP_DEFERRED = 1,
+  // No such object.
+  FP_NOT_FOUND = 2,
+} fp_delete_status;
+
+// The kind of an object (the byte at offset 5 of Python's header).
+typedef enum fp_kind {
+  // A pickle protocol-5 stream and its out-of-band buffers (numpy
+  // arrays, pandas frames, any Python object).
+  FP_KIND_PICKLE = 0,
+  // An Arrow IPC stream of a table (the payload).
+  FP_KIND_ARROW_TABLE = 1,
+  // An Arrow IPC stream of one record batch (the payload).
+  FP_KIND_ARROW_BATCH = 2,
+  // A record batch as its Arrow buffers (what a scan lands).
+  FP_KIND_ARROW_BUFFERS = 3,
+  // A Python `bytes` object (the payload is its bytes).
+  FP_KIND_BYTES = 4,
+  // A list of Python `str`: count, offsets, UTF-8 text (the payload).
+  FP_KIND_STR_LIST = 5,
+  // No header: bytes written with create/seal, taken as they are.
+  FP_KIND_RAW = 255,
+} fp_kind;
+
+// What happened to an object.
+typedef enum fp_event_kind {
+  // It was sealed.
+  FP_EVENT_SEALED = 0,
+  // It was deleted or evicted.
+  FP_EVENT_DELETED = 1,
+} fp_event_kind;
+
+// A sealed object's bytes in the store's shared memory, read-only. While
+// it exists the object is neither freed nor evicted, even if deleted.
+// Made by `fp_get` (or `fp_seal`); freed by `fp_buffer_release`, once.
+typedef struct fp_buffer fp_buffer;
+
+// A connection to a store. Thread-safe: one client may be used from many
+// threads at once. Made by `fp_connect`; freed by `fp_disconnect`, after
+// which buffers made through it stay valid until released.
+typedef struct fp_client fp_client;
+
+// An object being created: its bytes are writable until it is sealed or
+// aborted. Made by `fp_create`; given back by exactly one `fp_seal` or
+// `fp_abort`, which free it whatever they return.
+typedef struct fp_mut_buffer fp_mut_buffer;
+
+// A stream of events on its own connection. Made by `fp_subscribe`; freed
+// by `fp_subscription_close`. Use it from one thread at a time.
+typedef struct fp_subscription fp_subscription;
+
+// A 20-byte object id.
+typedef struct fp_object_id {
+  // The id's bytes.
+  uint8_t bytes[20];
+} fp_object_id;
+
+// One object of `fp_list`.
+typedef struct fp_object_info {
+  // The id.
+  struct fp_object_id id;
+  // Bytes of data.
+  uint64_t data_size;
+  // Bytes of metadata.
+  uint64_t metadata_size;
+  // References held, over all clients.
+  uint64_t ref_count;
+  // True once sealed.
+  bool sealed;
+  // A delete waits for the last reference to go.
+  bool delete_pending;
+} fp_object_info;
+
+// The store's main figures (`fp_get_stats`).
+typedef struct fp_stats {
+  // Usable bytes.
+  uint64_t capacity;
+  // Bytes held by allocations.
+  uint64_t used;
+  // Objects, sealed or not.
+  uint64_t objects;
+  // Sealed objects.
+  uint64_t sealed_objects;
+  // Objects with at least one reference.
+  uint64_t referenced_objects;
+  // Connected clients.
+  uint64_t clients;
+  // Objects evicted since the store started.
+  uint64_t evictions;
+  // Bytes evicted since the store started.
+  uint64_t evicted_bytes;
+} fp_stats;
+
+// Where an object's parts lie. Pointers point into the store's memory and
+// are valid while the buffer they came from lives.
+typedef struct fp_layout {
+  // The kind.
+  enum fp_kind kind;
+  // Format version of the header (0 for raw objects).
+  uint8_t version;
+  // The payload (for FP_KIND_RAW: the whole object).
+  const uint8_t *payload;
+  // Bytes of payload.
+  uint64_t payload_size;
+  // Out-of-band buffers (`fp_layout_buffer` gives each).
+  uint32_t buffer_count;
+} fp_layout;
+
+// One event.
+typedef struct fp_event {
+  // Sealed or deleted.
+  enum fp_event_kind kind;
+  // The object.
+  struct fp_object_id id;
+  // Bytes of data (0 for deletions).
+  uint64_t data_size;
+  // Bytes of metadata (0 for deletions).
+  uint64_t metadata_size;
+} fp_event;
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+// The object's data (`fp_buffer_size` bytes), valid while the buffer
+// lives; NULL for a NULL buffer.
+//
+// # Safety
+// `buf` is NULL or a live buffer from this library.
+const uint8_t *fp_buffer_data(const struct fp_buffer *buf);
+
+// Bytes of data (0 for a NULL buffer).
+//
+// # Safety
+// `buf` is NULL or a live buffer from this library.
+uint64_t fp_buffer_size(const struct fp_buffer *buf);
+
+// The object's metadata (`fp_buffer_metadata_size` bytes), valid while
+// the buffer lives.
+//
+// # Safety
+// `buf` is NULL or a live buffer from this library.
+const uint8_t *fp_buffer_metadata(const struct fp_buffer *buf);
+
+// Bytes of metadata (0 for a NULL buffer).
+//
+// # Safety
+// `buf` is NULL or a live buffer from this library.
+uint64_t fp_buffer_metadata_size(const struct fp_buffer *buf);
+
+// The object's id (all zeros for a NULL buffer).
+//
+// # Safety
+// `buf` is NULL or a live buffer from this library.
+struct fp_object_id fp_buffer_id(const struct fp_buffer *buf);
+
+// Gives the buffer's reference back to the store and frees the buffer.
+// NULL is ignored. After this the buffer's pointers are invalid.
+//
+// # Safety
+// `buf` is NULL or a live buffer from this library, released only once.
+void fp_buffer_release(struct fp_buffer *buf);
+
+// The writable data of an object being created (`fp_mut_buffer_size`
+// bytes), valid until it is sealed or aborted.
+//
+// # Safety
+// `buf` is NULL or a live buffer from `fp_create`.
+uint8_t *fp_mut_buffer_data(struct fp_mut_buffer *buf);
+
+// Bytes of data of an object being created.
+//
+// # Safety
+// `buf` is NULL or a live buffer from `fp_create`.
+uint64_t fp_mut_buffer_size(const struct fp_mut_buffer *buf);
+
+// The id of an object being created.
+//
+// # Safety
+// `buf` is NULL or a live buffer from `fp_create`.
+struct fp_object_id fp_mut_buffer_id(const struct fp_mut_buffer *buf);
+
+// Connects to the store at `socket_path` (NULL: `$FERROPLASMA_SOCKET`,
+// else `/tmp/ferroplasma.sock`) and sets `*out` to the new client.
+//
+// # Safety
+// `socket_path` is NULL or a NUL-terminated string; `out` is writable.
+enum fp_status fp_connect(const char *socket_path, struct fp_client **out);
+
+// Closes the connection and frees the client (NULL is ignored).
+// Buffers made through it stay valid until released.
+//
+// # Safety
+// `c` is NULL or a live client, not used again after this.
+void fp_disconnect(struct fp_client *c);
+
+// Bytes of memory of the store.
+//
+// # Safety
+// `c` is NULL or a live client; `out` is writable.
+enum fp_status fp_capacity(const struct fp_client *c, uint64_t *out);
+
+// Creates an object of `data_size` bytes of data (to be written through
+// `fp_mut_buffer_data`) and the given metadata (copied now), and sets
+// `*out` to its buffer. Pass that buffer to exactly one `fp_seal` or
+// `fp_abort`. FP_OBJECT_EXISTS if the id is taken, FP_STORE_FULL if there
+// is no room.
+//
+// # Safety
+// `c` is a live client; `id` points to an id; `metadata` has
+// `metadata_size` readable bytes (or is NULL with size 0); `out` is writable.
+enum fp_status fp_create(const struct fp_client *c,
+                         const struct fp_object_id *id,
+                         uint64_t data_size,
+                         const uint8_t *metadata,
+                         size_t metadata_size,
+                         struct fp_mut_buffer **out);
+
+// Seals the object being created: it becomes immutable and visible to
+// every client. Frees `buf` whatever happens. With `out` not NULL, `*out`
+// becomes a read-only buffer of the sealed object (holding a reference;
+// release it with `fp_buffer_release`); with `out` NULL the creator's
+// reference is given back now.
+//
+// # Safety
+// `c` is a live client; `buf` is a live buffer from `fp_create`, not
+// used again; `out` is NULL or writable.
+enum fp_status fp_seal(const struct fp_client *c,
+                       struct fp_mut_buffer *buf,
+                       struct fp_buffer **out);
+
+// Discards the object being created (its id becomes free again). Frees
+// `buf` whatever happens.
+//
+// # Safety
+// `c` is a live client; `buf` is a live buffer from `fp_create`, not used
+// again.
+enum fp_status fp_abort(const struct fp_client *c, struct fp_mut_buffer *buf);
+
+// Creates, fills and seals an object in one call (one message up to 8 MiB
+// of data and metadata). No reference is kept.
+//
+// # Safety
+// `c` is a live client; `id` points to an id; `data` and `metadata` have
+// the given numbers of readable bytes (or are NULL with size 0).
+enum fp_status fp_create_and_seal(const struct fp_client *c,
+                                  const struct fp_object_id *id,
+                                  const uint8_t *data,
+                                  size_t data_size,
+                                  const uint8_t *metadata,
+                                  size_t metadata_size);
+
+// Gets `n` objects, waiting up to `timeout_ms` (negative: forever, 0: not
+// at all) for those not sealed yet. `out[i]` becomes a buffer of object
+// `ids[i]`, or NULL if it was not sealed in time; release each non-NULL
+// buffer with `fp_buffer_release`. Sealed objects in this store's memory
+// are read without asking the store (docs/protocol.md).
+//
+// # Safety
+// `c` is a live client; `ids` has `n` ids and `out` room for `n` pointers.
+enum fp_status fp_get(const struct fp_client *c,
+                      const struct fp_object_id *ids,
+                      size_t n,
+                      int64_t timeout_ms,
+                      struct fp_buffer **out);
+
+// Plasma's `Release`: references belong to buffers and end with
+// `fp_buffer_release`; this only checks that the client holds a buffer of
+// the object (or is creating it): FP_NOT_HELD otherwise.
+//
+// # Safety
+// `c` is a live client; `id` points to an id.
+enum fp_status fp_release(const struct fp_client *c, const struct fp_object_id *id);
+
+// Sets `*out` to whether the object is sealed in the store.
+//
+// # Safety
+// `c` is a live client; `id` points to an id; `out` is writable.
+enum fp_status fp_contains(const struct fp_client *c, const struct fp_object_id *id, bool *out);
+
+// Deletes `n` objects: each is freed now, or when its last reference
+// goes. With `out` not NULL, `out[i]` says which, for `ids[i]`.
+//
+// # Safety
+// `c` is a live client; `ids` has `n` ids; `out` is NULL or has room for
+// `n` statuses.
+enum fp_status fp_delete(const struct fp_client *c,
+                         const struct fp_object_id *ids,
+                         size_t n,
+                         enum fp_delete_status *out);
+
+// Evicts least recently used, unreferenced objects until at least
+// `num_bytes` (data + metadata) are freed. `freed_bytes` and
+// `freed_objects` (each may be NULL) receive what was freed.
+//
+// # Safety
+// `c` is a live client; the outputs are NULL or writable.
+enum fp_status fp_evict(const struct fp_client *c,
+                        uint64_t num_bytes,
+                        uint64_t *freed_bytes,
+                        uint64_t *freed_objects);
+
+// Every object in the store: `*out` becomes an array of `*n` entries,
+// owned by the caller and freed with `fp_list_free(*out, *n)`.
+//
+// # Safety
+// `c` is a live client; `out` and `n` are writable.
+enum fp_status fp_list(const struct fp_client *c, struct fp_object_info **out, size_t *n);
+
+// Frees an array from `fp_list` (NULL is ignored).
+//
+// # Safety
+// `infos` and `n` are exactly what one `fp_list` returned, freed once.
+void fp_list_free(struct fp_object_info *infos, size_t n);
+
+// The store's main figures.
+//
+// # Safety
+// `c` is a live client; `out` is writable.
+enum fp_status fp_get_stats(const struct fp_client *c, struct fp_stats *out);
+
+// A random id (what Plasma's `ObjectID.from_random` makes).
+struct fp_object_id fp_object_id_random(void);
+
+// Reads 40 hex digits (NUL-terminated) into `*out`.
+//
+// # Safety
+// `hex` is NULL or a NUL-terminated string; `out` is NULL or writable.
+enum fp_status fp_object_id_from_hex(const char *hex, struct fp_object_id *out);
+
+// Writes the id as 40 lowercase hex digits and a NUL into `out`, which has
+// room for 41 bytes.
+//
+// # Safety
+// `out` is NULL or has room for 41 bytes.
+enum fp_status fp_object_id_to_hex(struct fp_object_id id, char *out);
+
+// Reads the layout of the object in `buf` into `*out`. Objects without
+// Python's header are FP_KIND_RAW (the payload is the whole object).
+//
+// # Safety
+// `buf` is a live buffer; `out` is writable.
+enum fp_status fp_object_layout(const struct fp_buffer *buf, struct fp_layout *out);
+
+// Out-of-band buffer `i` (0-based, below `buffer_count`) of the object in
+// `buf`: `*data` points into the store, `*size` is its length.
+//
+// # Safety
+// `buf` is a live buffer; `data` and `size` are writable.
+enum fp_status fp_layout_buffer(const struct fp_buffer *buf,
+                                uint32_t i,
+                                const uint8_t **data,
+                                uint64_t *size);
+
+// The message of the last call on this thread that did not return
+// `FP_OK` ("" if none). Valid until the next failing call on this thread;
+// owned by the library (do not free it).
+const char *fp_last_error(void);
+
+// A static, human-readable name of a status code ("FP_OK", ...;
+// "FP_UNKNOWN" for a number that is no status).
+const char *fp_status_name(int32_t status);
+
+// Subscribes to the store's events: `*out` receives every object sealed
+// or deleted from now on (with `existing`, first every object sealed
+// already, as Plasma's store did).
+//
+// # Safety
+// `c` is a live client; `out` is writable.
+enum fp_status fp_subscribe(const struct fp_client *c, bool existing, struct fp_subscription **out);
+
+// Waits up to `timeout_ms` (negative: forever) for the next event and
+// writes it to `*out`; FP_TIMEOUT if none came in time.
+//
+// # Safety
+// `sub` is a live subscription; `out` is writable.
+enum fp_status fp_subscription_next(struct fp_subscription *sub,
+                                    int64_t timeout_ms,
+                                    struct fp_event *out);
+
+// The subscription's file descriptor, readable when an event is waiting
+// (for poll/epoll); -1 for NULL. Owned by the subscription.
+//
+// # Safety
+// `sub` is NULL or a live subscription.
+int32_t fp_subscription_fd(const struct fp_subscription *sub);
+
+// Closes the subscription and frees it (NULL is ignored).
+//
+// # Safety
+// `sub` is NULL or a live subscription, not used again.
+void fp_subscription_close(struct fp_subscription *sub);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* FERROPLASMA_H */

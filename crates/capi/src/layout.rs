@@ -1,0 +1,238 @@
+//! How an object that Python stored is laid out (docs/serialization.md),
+//! so that C and C++ read its parts where they lie in the store: the
+//! payload (an Arrow IPC stream, a pickle stream, ...) and the out-of-band
+//! buffers (numpy data, Arrow buffers).
+
+use crate::buffer::fp_buffer;
+use crate::status::{fp_status, guard, invalid, CapiError};
+
+/// The kind of an object (the byte at offset 5 of Python's header).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum fp_kind {
+    /// A pickle protocol-5 stream and its out-of-band buffers (numpy
+    /// arrays, pandas frames, any Python object).
+    FP_KIND_PICKLE = 0,
+    /// An Arrow IPC stream of a table (the payload).
+    FP_KIND_ARROW_TABLE = 1,
+    /// An Arrow IPC stream of one record batch (the payload).
+    FP_KIND_ARROW_BATCH = 2,
+    /// A record batch as its Arrow buffers (what a scan lands).
+    FP_KIND_ARROW_BUFFERS = 3,
+    /// A Python `bytes` object (the payload is its bytes).
+    FP_KIND_BYTES = 4,
+    /// A list of Python `str`: count, offsets, UTF-8 text (the payload).
+    FP_KIND_STR_LIST = 5,
+    /// No header: bytes written with create/seal, taken as they are.
+    FP_KIND_RAW = 255,
+}
+
+/// Where an object's parts lie. Pointers point into the store's memory and
+/// are valid while the buffer they came from lives.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fp_layout {
+    /// The kind.
+    pub kind: fp_kind,
+    /// Format version of the header (0 for raw objects).
+    pub version: u8,
+    /// The payload (for FP_KIND_RAW: the whole object).
+    pub payload: *const u8,
+    /// Bytes of payload.
+    pub payload_size: u64,
+    /// Out-of-band buffers (`fp_layout_buffer` gives each).
+    pub buffer_count: u32,
+}
+
+const MAGIC: &[u8; 4] = b"FPSO";
+const HEAD: usize = 32;
+const ENTRY: usize = 16;
+
+fn u64_at(d: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(d.get(at..at + 8)?.try_into().ok()?))
+}
+
+fn range(d: &[u8], off: u64, len: u64) -> Result<&[u8], CapiError> {
+    let end = off.checked_add(len).ok_or_else(corrupt)?;
+    d.get(
+        usize::try_from(off).map_err(|_| corrupt())?
+            ..usize::try_from(end).map_err(|_| corrupt())?,
+    )
+    .ok_or_else(corrupt)
+}
+
+fn corrupt() -> CapiError {
+    CapiError::Client(ferroplasma_client::ClientError::Protocol(
+        "corrupt object header (a part lies past the end of the object)".into(),
+    ))
+}
+
+/// The layout of `data` (one object's data bytes).
+pub fn parse(data: &[u8]) -> Result<fp_layout, CapiError> {
+    if data.len() < HEAD || &data[..4] != MAGIC {
+        return Ok(fp_layout {
+            kind: fp_kind::FP_KIND_RAW,
+            version: 0,
+            payload: data.as_ptr(),
+            payload_size: data.len() as u64,
+            buffer_count: 0,
+        });
+    }
+    let version = data[4];
+    if version != 1 {
+        return Err(CapiError::Client(
+            ferroplasma_client::ClientError::Protocol(format!(
+                "object written with format version {version}; this library reads version 1"
+            )),
+        ));
+    }
+    let kind = match data[5] {
+        0 => fp_kind::FP_KIND_PICKLE,
+        1 => fp_kind::FP_KIND_ARROW_TABLE,
+        2 => fp_kind::FP_KIND_ARROW_BATCH,
+        3 => fp_kind::FP_KIND_ARROW_BUFFERS,
+        4 => fp_kind::FP_KIND_BYTES,
+        5 => fp_kind::FP_KIND_STR_LIST,
+        k => {
+            return Err(CapiError::Client(
+                ferroplasma_client::ClientError::Protocol(format!("unknown object kind {k}")),
+            ))
+        }
+    };
+    let n = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
+    let payload = range(
+        data,
+        u64_at(data, 16).ok_or_else(corrupt)?,
+        u64_at(data, 24).ok_or_else(corrupt)?,
+    )?;
+    let table_end = HEAD + ENTRY * n as usize;
+    if table_end > data.len() {
+        return Err(corrupt());
+    }
+    Ok(fp_layout {
+        kind,
+        version,
+        payload: payload.as_ptr(),
+        payload_size: payload.len() as u64,
+        buffer_count: n,
+    })
+}
+
+/// Out-of-band buffer `i` of `data` (checked).
+pub fn buffer(data: &[u8], i: u32) -> Result<&[u8], CapiError> {
+    let l = parse(data)?;
+    if i >= l.buffer_count {
+        return Err(invalid(format!(
+            "buffer {i} of an object with {} buffers",
+            l.buffer_count
+        )));
+    }
+    let at = HEAD + ENTRY * i as usize;
+    range(
+        data,
+        u64_at(data, at).ok_or_else(corrupt)?,
+        u64_at(data, at + 8).ok_or_else(corrupt)?,
+    )
+}
+
+fn data_of<'a>(buf: *const fp_buffer, call: &str) -> Result<&'a [u8], CapiError> {
+    // Safety: NULL or a live buffer (the caller's promise).
+    unsafe { buf.as_ref() }
+        .map(|b| b.inner.data())
+        .ok_or_else(|| invalid(format!("{call}: the buffer is NULL")))
+}
+
+/// Reads the layout of the object in `buf` into `*out`. Objects without
+/// Python's header are FP_KIND_RAW (the payload is the whole object).
+///
+/// # Safety
+/// `buf` is a live buffer; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn fp_object_layout(buf: *const fp_buffer, out: *mut fp_layout) -> fp_status {
+    guard(|| {
+        let l = parse(data_of(buf, "fp_object_layout")?)?;
+        if out.is_null() {
+            return Err(invalid("fp_object_layout: out is NULL"));
+        }
+        // Safety: not NULL, writable (the caller's promise).
+        unsafe { out.write(l) };
+        Ok(())
+    })
+}
+
+/// Out-of-band buffer `i` (0-based, below `buffer_count`) of the object in
+/// `buf`: `*data` points into the store, `*size` is its length.
+///
+/// # Safety
+/// `buf` is a live buffer; `data` and `size` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn fp_layout_buffer(
+    buf: *const fp_buffer,
+    i: u32,
+    data: *mut *const u8,
+    size: *mut u64,
+) -> fp_status {
+    guard(|| {
+        let b = buffer(data_of(buf, "fp_layout_buffer")?, i)?;
+        if data.is_null() || size.is_null() {
+            return Err(invalid("fp_layout_buffer: data and size must not be NULL"));
+        }
+        // Safety: not NULL, writable (the caller's promise).
+        unsafe {
+            data.write(b.as_ptr());
+            size.write(b.len() as u64);
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(kind: u8, payload: &[u8], buffers: &[&[u8]]) -> Vec<u8> {
+        let mut head = Vec::new();
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&[1, kind, 0, 0]);
+        head.extend_from_slice(&(buffers.len() as u32).to_le_bytes());
+        head.extend_from_slice(&[0; 4]);
+        let mut at = (HEAD + ENTRY * buffers.len()) as u64;
+        let p_at = at;
+        at += payload.len() as u64;
+        head.extend_from_slice(&p_at.to_le_bytes());
+        head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        let mut entries = Vec::new();
+        for b in buffers {
+            entries.push((at, b.len() as u64));
+            at += b.len() as u64;
+        }
+        for (o, l) in &entries {
+            head.extend_from_slice(&o.to_le_bytes());
+            head.extend_from_slice(&l.to_le_bytes());
+        }
+        head.extend_from_slice(payload);
+        for b in buffers {
+            head.extend_from_slice(b);
+        }
+        head
+    }
+
+    #[test]
+    fn parts_are_found_and_checked() {
+        let o = object(0, b"pickle", &[b"abc", b"defg"]);
+        let l = parse(&o).unwrap();
+        assert_eq!(
+            (l.kind, l.payload_size, l.buffer_count),
+            (fp_kind::FP_KIND_PICKLE, 6, 2)
+        );
+        assert_eq!(buffer(&o, 1).unwrap(), b"defg");
+        assert!(buffer(&o, 2).is_err());
+        assert_eq!(parse(b"plain bytes").unwrap().kind, fp_kind::FP_KIND_RAW);
+        let mut cut = o.clone();
+        cut.truncate(o.len() - 2);
+        assert!(buffer(&cut, 1).is_err(), "a buffer past the end is refused");
+        let mut bad = o;
+        bad[5] = 77;
+        assert!(parse(&bad).is_err());
+    }
+}

@@ -1,0 +1,245 @@
+/*
+ * Every call of libferroplasma against a real store, with its error paths.
+ *
+ *   test_api SOCKET                 run every check; prints "ok" at the end
+ *   test_api SOCKET hold HEX        get object HEX, print "held", wait forever
+ *                                   (the test kills it while it holds the object)
+ *   test_api NOSUCHSOCKET nostore   connecting fails with FP_STORE_UNAVAILABLE
+ */
+#define _DEFAULT_SOURCE /* usleep */
+#include "ferroplasma.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n",         \
+                    __FILE__, __LINE__, #cond, fp_last_error());                 \
+            failures++;                                                          \
+        }                                                                        \
+    } while (0)
+
+#define EXPECT(call, status) CHECK((call) == (status))
+
+static void raw_objects(fp_client *c) {
+    fp_object_id id = fp_object_id_random();
+    const char meta[] = "meta";
+    fp_mut_buffer *mb = NULL;
+    EXPECT(fp_create(c, &id, 1000, (const uint8_t *)meta, 4, &mb), FP_OK);
+    CHECK(fp_mut_buffer_size(mb) == 1000);
+    uint8_t *w = fp_mut_buffer_data(mb);
+    for (int i = 0; i < 1000; i++) w[i] = (uint8_t)(i * 7);
+    /* Not sealed yet: a get that does not wait finds nothing. */
+    fp_buffer *none = (fp_buffer *)1;
+    EXPECT(fp_get(c, &id, 1, 0, &none), FP_OK);
+    CHECK(none == NULL);
+    fp_buffer *sealed = NULL;
+    EXPECT(fp_seal(c, mb, &sealed), FP_OK);
+    CHECK(fp_buffer_size(sealed) == 1000);
+    fp_buffer_release(sealed);
+
+    fp_buffer *b = NULL;
+    EXPECT(fp_get(c, &id, 1, -1, &b), FP_OK);
+    CHECK(b != NULL && fp_buffer_size(b) == 1000);
+    CHECK(fp_buffer_metadata_size(b) == 4 && memcmp(fp_buffer_metadata(b), "meta", 4) == 0);
+    const uint8_t *r = fp_buffer_data(b);
+    int same = 1;
+    for (int i = 0; i < 1000; i++) same &= r[i] == (uint8_t)(i * 7);
+    CHECK(same);
+    fp_object_id got = fp_buffer_id(b);
+    CHECK(memcmp(got.bytes, id.bytes, 20) == 0);
+    fp_layout l;
+    EXPECT(fp_object_layout(b, &l), FP_OK);
+    CHECK(l.kind == FP_KIND_RAW && l.payload_size == 1000 && l.payload == r);
+
+    bool there = false;
+    EXPECT(fp_contains(c, &id, &there), FP_OK);
+    CHECK(there);
+    EXPECT(fp_release(c, &id), FP_OK); /* held: the buffer is alive */
+
+    /* Deleting an object someone holds is deferred until the release. */
+    fp_delete_status st = FP_DELETED;
+    EXPECT(fp_delete(c, &id, 1, &st), FP_OK);
+    CHECK(st == FP_DEFERRED);
+    CHECK(fp_buffer_data(b)[999] == (uint8_t)(999 * 7)); /* still readable */
+    fp_buffer_release(b);
+    EXPECT(fp_release(c, &id), FP_NOT_HELD);
+    for (int i = 0; i < 200; i++) { /* the deferred delete completes */
+        EXPECT(fp_contains(c, &id, &there), FP_OK);
+        if (!there) break;
+        usleep(5000);
+    }
+    CHECK(!there);
+    EXPECT(fp_delete(c, &id, 1, &st), FP_OK);
+    CHECK(st == FP_NOT_FOUND);
+
+    /* Abort frees the id. */
+    EXPECT(fp_create(c, &id, 10, NULL, 0, &mb), FP_OK);
+    EXPECT(fp_abort(c, mb), FP_OK);
+    EXPECT(fp_contains(c, &id, &there), FP_OK);
+    CHECK(!there);
+
+    /* create_and_seal, then the same id again: exists. */
+    const char data[] = "hello, store";
+    EXPECT(fp_create_and_seal(c, &id, (const uint8_t *)data, sizeof data, NULL, 0), FP_OK);
+    EXPECT(fp_create_and_seal(c, &id, (const uint8_t *)data, sizeof data, NULL, 0),
+           FP_OBJECT_EXISTS);
+    EXPECT(fp_create(c, &id, 10, NULL, 0, &mb), FP_OBJECT_EXISTS);
+    EXPECT(fp_delete(c, &id, 1, NULL), FP_OK);
+}
+
+static void batched_get_and_list(fp_client *c) {
+    enum { N = 100 };
+    fp_object_id ids[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = fp_object_id_random();
+        uint64_t v = (uint64_t)i;
+        EXPECT(fp_create_and_seal(c, &ids[i], (const uint8_t *)&v, sizeof v, NULL, 0), FP_OK);
+    }
+    fp_buffer *bufs[N + 1];
+    fp_object_id asked[N + 1];
+    memcpy(asked, ids, sizeof ids);
+    asked[N] = fp_object_id_random(); /* never created */
+    EXPECT(fp_get(c, asked, N + 1, 50, bufs), FP_OK);
+    for (int i = 0; i < N; i++) {
+        uint64_t v;
+        CHECK(bufs[i] != NULL && fp_buffer_size(bufs[i]) == 8);
+        memcpy(&v, fp_buffer_data(bufs[i]), 8);
+        CHECK(v == (uint64_t)i);
+        fp_buffer_release(bufs[i]);
+    }
+    CHECK(bufs[N] == NULL);
+
+    fp_object_info *infos = NULL;
+    size_t n = 0;
+    EXPECT(fp_list(c, &infos, &n), FP_OK);
+    CHECK(n >= N);
+    size_t found = 0;
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; i < N; i++)
+            if (memcmp(infos[k].id.bytes, ids[i].bytes, 20) == 0 && infos[k].sealed &&
+                infos[k].data_size == 8)
+                found++;
+    CHECK(found == N);
+    fp_list_free(infos, n);
+
+    fp_stats s;
+    EXPECT(fp_get_stats(c, &s), FP_OK);
+    CHECK(s.sealed_objects >= N && s.capacity > 0 && s.clients >= 1);
+    uint64_t freed = 0, objects = 0;
+    EXPECT(fp_evict(c, 8 * N, &freed, &objects), FP_OK);
+    CHECK(freed >= 8 * N && objects >= N);
+    EXPECT(fp_delete(c, ids, N, NULL), FP_OK);
+}
+
+static void subscriptions(fp_client *c) {
+    fp_subscription *sub = NULL;
+    EXPECT(fp_subscribe(c, false, &sub), FP_OK);
+    CHECK(fp_subscription_fd(sub) >= 0);
+    fp_event e;
+    EXPECT(fp_subscription_next(sub, 0, &e), FP_TIMEOUT);
+    fp_object_id id = fp_object_id_random();
+    EXPECT(fp_create_and_seal(c, &id, (const uint8_t *)"abc", 3, (const uint8_t *)"m", 1), FP_OK);
+    EXPECT(fp_subscription_next(sub, 5000, &e), FP_OK);
+    CHECK(e.kind == FP_EVENT_SEALED && e.data_size == 3 && e.metadata_size == 1);
+    CHECK(memcmp(e.id.bytes, id.bytes, 20) == 0);
+    EXPECT(fp_delete(c, &id, 1, NULL), FP_OK);
+    EXPECT(fp_subscription_next(sub, 5000, &e), FP_OK);
+    CHECK(e.kind == FP_EVENT_DELETED && memcmp(e.id.bytes, id.bytes, 20) == 0);
+    fp_subscription_close(sub);
+}
+
+static void bad_input(fp_client *c) {
+    fp_object_id id;
+    EXPECT(fp_object_id_from_hex("not hex", &id), FP_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "hex") != NULL || strstr(fp_last_error(), "id") != NULL);
+    EXPECT(fp_object_id_from_hex(NULL, &id), FP_INVALID_ARGUMENT);
+    char hex[41];
+    fp_object_id r = fp_object_id_random();
+    EXPECT(fp_object_id_to_hex(r, hex), FP_OK);
+    CHECK(strlen(hex) == 40);
+    EXPECT(fp_object_id_from_hex(hex, &id), FP_OK);
+    CHECK(memcmp(id.bytes, r.bytes, 20) == 0);
+
+    /* NULL handles and pointers, sizes that do not match. */
+    bool there;
+    EXPECT(fp_contains(NULL, &id, &there), FP_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "NULL") != NULL);
+    EXPECT(fp_contains(c, NULL, &there), FP_INVALID_ARGUMENT);
+    EXPECT(fp_contains(c, &id, NULL), FP_INVALID_ARGUMENT);
+    EXPECT(fp_create_and_seal(c, &id, NULL, 10, NULL, 0), FP_INVALID_ARGUMENT);
+    EXPECT(fp_seal(c, NULL, NULL), FP_INVALID_ARGUMENT);
+    EXPECT(fp_abort(c, NULL), FP_INVALID_ARGUMENT);
+    fp_buffer *out;
+    EXPECT(fp_get(c, NULL, 1, 0, &out), FP_INVALID_ARGUMENT);
+    EXPECT(fp_release(c, &id), FP_NOT_HELD);
+    CHECK(fp_buffer_size(NULL) == 0 && fp_buffer_data(NULL) == NULL);
+    fp_buffer_release(NULL);
+    fp_layout l;
+    EXPECT(fp_object_layout(NULL, &l), FP_INVALID_ARGUMENT);
+
+    /* Store full: an object larger than the store, and one that does not
+       fit beside objects in use. */
+    uint64_t cap = 0;
+    EXPECT(fp_capacity(c, &cap), FP_OK);
+    fp_mut_buffer *mb = NULL;
+    fp_status big = fp_create(c, &id, cap * 2, NULL, 0, &mb);
+    CHECK(big == FP_TOO_LARGE || big == FP_STORE_FULL);
+    fp_mut_buffer *half = NULL;
+    fp_object_id a = fp_object_id_random(), b = fp_object_id_random();
+    EXPECT(fp_create(c, &a, cap * 6 / 10, NULL, 0, &half), FP_OK);
+    EXPECT(fp_create(c, &b, cap * 6 / 10, NULL, 0, &mb), FP_STORE_FULL);
+    CHECK(strlen(fp_last_error()) > 0);
+    EXPECT(fp_abort(c, half), FP_OK);
+    CHECK(strcmp(fp_status_name(FP_STORE_FULL), "FP_STORE_FULL") == 0);
+}
+
+static int hold(fp_client *c, const char *hex) {
+    fp_object_id id;
+    if (fp_object_id_from_hex(hex, &id) != FP_OK) return 2;
+    fp_buffer *b = NULL;
+    if (fp_get(c, &id, 1, 5000, &b) != FP_OK || b == NULL) return 3;
+    printf("held %u\n", (unsigned)fp_buffer_data(b)[0]);
+    fflush(stdout);
+    for (;;) pause();
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_api SOCKET [hold HEX | nostore]\n");
+        return 2;
+    }
+    fp_client *c = NULL;
+    if (argc == 3 && strcmp(argv[2], "nostore") == 0) {
+        fp_status s = fp_connect(argv[1], &c);
+        if (s != FP_STORE_UNAVAILABLE || c != NULL) {
+            fprintf(stderr, "connect without a store: %s\n", fp_status_name(s));
+            return 1;
+        }
+        printf("ok: %s\n", fp_last_error());
+        return 0;
+    }
+    if (fp_connect(argv[1], &c) != FP_OK) {
+        fprintf(stderr, "connect: %s\n", fp_last_error());
+        return 1;
+    }
+    if (argc == 4 && strcmp(argv[2], "hold") == 0) return hold(c, argv[3]);
+    raw_objects(c);
+    batched_get_and_list(c);
+    subscriptions(c);
+    bad_input(c);
+    fp_disconnect(c);
+    fp_disconnect(NULL);
+    if (failures) {
+        fprintf(stderr, "%d checks failed\n", failures);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
