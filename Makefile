@@ -32,14 +32,14 @@ c-lib: ## Build the C library, its headers and ferroplasma.pc into target/c (PKG
 	$(CARGO) build --release -p ferroplasma-capi
 	mkdir -p $(C_OUT)/lib/pkgconfig $(C_OUT)/include
 	cp target/release/libferroplasma.so target/release/libferroplasma.a $(C_OUT)/lib/
-	cp crates/capi/include/ferroplasma.h crates/capi/include/ferroplasma.hpp $(C_OUT)/include/
+	cp crates/capi/include/ferroplasma.h crates/capi/include/ferroplasma.hpp crates/capi/include/ferroplasma_arrow.hpp $(C_OUT)/include/
 	sed -e 's|@PREFIX@|$(CURDIR)/$(C_OUT)|' -e 's|@VERSION@|0.1.0|' crates/capi/ferroplasma.pc.in > $(C_OUT)/lib/pkgconfig/ferroplasma.pc
 
 install-c: c-lib ## Install the C library, headers and pkg-config file under PREFIX (default /usr/local)
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(C_OUT)/lib/libferroplasma.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(C_OUT)/lib/libferroplasma.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(C_OUT)/include/ferroplasma.h $(C_OUT)/include/ferroplasma.hpp $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(C_OUT)/include/ferroplasma.h $(C_OUT)/include/ferroplasma.hpp $(C_OUT)/include/ferroplasma_arrow.hpp $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' crates/capi/ferroplasma.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferroplasma.pc
 
 header: ## Regenerate crates/capi/include/ferroplasma.h from the code (cbindgen)

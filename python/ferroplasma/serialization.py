@@ -11,7 +11,7 @@ data). The layout (all integers little-endian, every region 64-byte aligned)::
                   Table, 2 = Arrow IPC stream of a RecordBatch, 3 = the
                   buffers of a RecordBatch (see below), 4 = a ``bytes``
                   object (the payload is its bytes), 5 = a list of ``str``
-                  (see below)
+                  (see below), 6 = a numpy array (see below)
     6       2     reserved (0)
     8       4     n = number of out-of-band buffers
     12      4     reserved (0)
@@ -35,7 +35,12 @@ is a top-level ``bytes``: put copies it once, straight into the store, and
 instead of a copy. Kind 5 is a non-empty list of exact ``str``, laid out as
 little-endian u64 ``n``, ``n + 1`` offsets into the text (the first is 0),
 then the UTF-8 text; Rust writes and reads it (``_native.str_list_*``),
-about 4x faster than pickle writes it. An object
+about 4x faster than pickle writes it. Kind 6 is a top-level numpy array
+of a plain dtype, C or Fortran contiguous: the payload is u8 order (``C`` or
+``F``), u8 length of the dtype's typestr, u16 0, u32 ndim, the typestr
+(e.g. ``<f8``) padded to 8 bytes, then ndim u64 dimensions; its one
+out-of-band buffer is the data, so C, C++ and Go read it without pickle
+(``fp_ndarray_info``). An object
 without the magic (made with ``create``/``seal``) comes back as a read-only
 ``memoryview`` of its bytes.
 """
@@ -63,6 +68,8 @@ KIND_ARROW_BATCH = 2
 KIND_ARROW_BUFFERS = 3
 KIND_BYTES = 4
 KIND_STR_LIST = 5
+KIND_NDARRAY = 6
+_NDARRAY = struct.Struct("<BBHI")  # order ('C' or 'F'), len(typestr), 0, ndim
 
 _HEAD = struct.Struct("<4sBBHIIQQ")
 _ENTRY = struct.Struct("<QQ")
@@ -191,6 +198,50 @@ def _bytes_plan(obj: bytes) -> Plan:
     return Plan(start + len(obj), fill)
 
 
+def _ndarray_plan(arr: Any) -> Plan | None:
+    """Kind 6 for a contiguous array whose dtype its typestr spells fully
+    (numbers, bools, datetimes, fixed strings); None for the rest."""
+    if arr.dtype.hasobject or _dtype_lost(arr.dtype):
+        return None
+    order = b"C" if arr.flags.c_contiguous else b"F" if arr.flags.f_contiguous else None
+    if order is None:
+        return None
+    typestr = arr.dtype.str.encode()
+    desc = _NDARRAY.pack(order[0], len(typestr), 0, arr.ndim) + typestr
+    desc += b"\0" * (-len(desc) % 8) + struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    data = arr.reshape(-1, order="A").view("u1") if arr.size else b""
+    start = _align(_HEAD.size + _ENTRY.size)
+    data_at = _align(start + len(desc))
+    head = _header(KIND_NDARRAY, (start, len(desc)), [(data_at, arr.nbytes)])
+
+    def fill(target: memoryview) -> None:
+        target[: len(head)] = head
+        target[start : start + len(desc)] = desc
+        if arr.nbytes:
+            copy(target[data_at : data_at + arr.nbytes], data)
+
+    return Plan(data_at + arr.nbytes, fill)
+
+
+def _dtype_lost(dtype: Any) -> bool:
+    """True when the typestr would not give this dtype back (structured,
+    subarray or otherwise described by more than its typestr)."""
+    try:
+        return sys.modules["numpy"].dtype(dtype.str) != dtype or dtype.names is not None
+    except TypeError:
+        return True
+
+
+def _read_ndarray(desc: memoryview, buf: memoryview) -> Any:
+    np = sys.modules.get("numpy") or __import__("numpy")
+    order, n_type, _, ndim = _NDARRAY.unpack_from(desc, 0)
+    typestr = bytes(desc[8 : 8 + n_type]).decode()
+    at = _NDARRAY.size + n_type + (-(_NDARRAY.size + n_type) % 8)
+    shape = struct.unpack_from(f"<{ndim}Q", desc, at)
+    arr = np.frombuffer(buf, dtype=np.dtype(typestr))
+    return arr.reshape(shape, order=chr(order))
+
+
 def _str_list_plan(obj: list, size: int) -> Plan:
     start = _align(_HEAD.size)
     head = _header(KIND_STR_LIST, (start, size), [])
@@ -265,6 +316,11 @@ def plan(obj: Any) -> Plan:
             return _arrow_plan(obj, KIND_ARROW_BATCH)
     if type(obj) is bytes:
         return _bytes_plan(obj)
+    np = sys.modules.get("numpy")
+    if np is not None and type(obj) is np.ndarray:
+        p = _ndarray_plan(obj)
+        if p is not None:
+            return p
     if type(obj) is list:
         size = _native.str_list_size(obj)
         if size is not None:
@@ -328,6 +384,16 @@ def read(data: Any, bytes_as_view: bool = False) -> Any:
         return payload if bytes_as_view else bytes(payload)
     if kind == KIND_STR_LIST:
         return _native.str_list_read(payload)
+    if kind == KIND_NDARRAY:
+        if n != 1:
+            raise SerializationError("corrupt array header (no data buffer)")
+        d_off, d_len = _ENTRY.unpack_from(mv, _HEAD.size)
+        if d_off + d_len > mv.nbytes:
+            raise SerializationError("corrupt object header (buffer past the end)")
+        try:
+            return _read_ndarray(payload, mv[d_off : d_off + d_len])
+        except (ValueError, TypeError, struct.error) as e:
+            raise SerializationError(f"corrupt array header: {e}") from e
     if kind in (KIND_PICKLE, KIND_ARROW_BUFFERS):
         table = mv[_HEAD.size : end].cast("Q").tolist() if n else []
         offs, lens = table[0::2], table[1::2]

@@ -270,3 +270,40 @@ def test_a_corrupt_list_of_strings_is_a_clear_error():
     huge_count[64:72] = (2**62).to_bytes(8, "little")
     with pytest.raises(fp.SerializationError, match="count"):
         serialization.read(huge_count)
+
+
+@pytest.mark.parametrize(
+    "arr",
+    [
+        np.arange(12, dtype="<f8").reshape(3, 4),
+        np.asfortranarray(np.arange(24, dtype=np.int16).reshape(4, 6)),
+        np.arange(5, dtype=">u4"),
+        np.array(3.5),
+        np.arange("2024-01-01", "2024-01-05", dtype="datetime64[D]"),
+        np.zeros((0, 3), dtype=np.uint8),
+    ],
+    ids=lambda a: f"{a.dtype.str}-{a.shape}",
+)
+def test_top_level_arrays_have_a_layout_other_languages_read(client, arr):
+    """A top-level numpy array of a plain dtype is stored as its dtype,
+    shape and order plus its data (kind 6), which C reads without pickle."""
+    import struct as st
+
+    blob = serialization.write(arr)
+    assert blob[5] == serialization.KIND_NDARRAY
+    (p_off,) = st.unpack_from("<Q", blob, 16)
+    order, n_type, _, ndim = st.unpack_from("<BBHI", blob, p_off)
+    typestr = bytes(blob[p_off + 8 : p_off + 8 + n_type]).decode()
+    assert np.dtype(typestr) == arr.dtype and chr(order) in "CF" and ndim == arr.ndim
+    got = round_trip(client, arr)
+    assert got.dtype == arr.dtype and got.shape == arr.shape
+    assert np.array_equal(got, arr) and not got.flags.writeable
+
+
+def test_arrays_without_a_plain_dtype_stay_pickled():
+    for arr in [
+        np.zeros(2, dtype=[("a", "<i4")]),
+        np.array([{"x": 1}], dtype=object),
+        np.arange(10.0)[::2],
+    ]:
+        assert serialization.write(arr)[5] == serialization.KIND_PICKLE

@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Most dimensions of an array (numpy's limit).
+#define FP_MAX_DIMS 32
+
 // What a call did: `FP_OK`, or why it failed (`fp_last_error()` says more).
 typedef enum fp_status {
   // Done.
@@ -74,6 +77,9 @@ typedef enum fp_kind {
   FP_KIND_BYTES = 4,
   // A list of Python `str`: count, offsets, UTF-8 text (the payload).
   FP_KIND_STR_LIST = 5,
+  // A numpy array: dtype, shape and order (`fp_ndarray_info`) and its
+  // data (buffer 0).
+  FP_KIND_NDARRAY = 6,
   // No header: bytes written with create/seal, taken as they are.
   FP_KIND_RAW = 255,
 } fp_kind;
@@ -146,6 +152,26 @@ typedef struct fp_stats {
   // Bytes evicted since the store started.
   uint64_t evicted_bytes;
 } fp_stats;
+
+// A numpy array that Python stored (`FP_KIND_NDARRAY`).
+typedef struct fp_ndarray {
+  // numpy's typestr of the dtype, NUL-terminated: byte order (`<`, `>`
+  // or `|`), kind (`f` float, `i` int, `u` unsigned, `b` bool, `M`
+  // datetime, `S` bytes, ...) and item size, e.g. "<f8".
+  char typestr[16];
+  // Bytes per item.
+  uint64_t itemsize;
+  // Dimensions (0 for a scalar array).
+  uint32_t ndim;
+  // True: Fortran order (first index fastest); false: C order.
+  bool fortran_order;
+  // The first `ndim` entries are the shape.
+  uint64_t shape[FP_MAX_DIMS];
+  // The data, in the store's memory.
+  const uint8_t *data;
+  // Bytes of data (the product of the shape times itemsize).
+  uint64_t size;
+} fp_ndarray;
 
 // Where an object's parts lie. Pointers point into the store's memory and
 // are valid while the buffer they came from lives.
@@ -390,6 +416,14 @@ enum fp_status fp_object_id_from_hex(const char *hex, struct fp_object_id *out);
 // # Safety
 // `out` is NULL or has room for 41 bytes.
 enum fp_status fp_object_id_to_hex(struct fp_object_id id, char *out);
+
+// Reads the numpy array in `buf` (an `FP_KIND_NDARRAY` object) into
+// `*out`: dtype, shape, order, and a pointer to its data in the store.
+// FP_INVALID_ARGUMENT for an object of another kind.
+//
+// # Safety
+// `buf` is a live buffer; `out` is writable.
+enum fp_status fp_ndarray_info(const struct fp_buffer *buf, struct fp_ndarray *out);
 
 // Reads the layout of the object in `buf` into `*out`. Objects without
 // Python's header are FP_KIND_RAW (the payload is the whole object).

@@ -5,6 +5,7 @@
 
 use crate::buffer::fp_buffer;
 use crate::status::{fp_status, guard, invalid, CapiError};
+use std::ffi::c_char;
 
 /// The kind of an object (the byte at offset 5 of Python's header).
 #[repr(C)]
@@ -23,6 +24,9 @@ pub enum fp_kind {
     FP_KIND_BYTES = 4,
     /// A list of Python `str`: count, offsets, UTF-8 text (the payload).
     FP_KIND_STR_LIST = 5,
+    /// A numpy array: dtype, shape and order (`fp_ndarray_info`) and its
+    /// data (buffer 0).
+    FP_KIND_NDARRAY = 6,
     /// No header: bytes written with create/seal, taken as they are.
     FP_KIND_RAW = 255,
 }
@@ -93,6 +97,7 @@ pub fn parse(data: &[u8]) -> Result<fp_layout, CapiError> {
         3 => fp_kind::FP_KIND_ARROW_BUFFERS,
         4 => fp_kind::FP_KIND_BYTES,
         5 => fp_kind::FP_KIND_STR_LIST,
+        6 => fp_kind::FP_KIND_NDARRAY,
         k => {
             return Err(CapiError::Client(
                 ferroplasma_client::ClientError::Protocol(format!("unknown object kind {k}")),
@@ -133,6 +138,105 @@ pub fn buffer(data: &[u8], i: u32) -> Result<&[u8], CapiError> {
         u64_at(data, at).ok_or_else(corrupt)?,
         u64_at(data, at + 8).ok_or_else(corrupt)?,
     )
+}
+
+/// Most dimensions of an array (numpy's limit).
+pub const FP_MAX_DIMS: usize = 32;
+
+/// A numpy array that Python stored (`FP_KIND_NDARRAY`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fp_ndarray {
+    /// numpy's typestr of the dtype, NUL-terminated: byte order (`<`, `>`
+    /// or `|`), kind (`f` float, `i` int, `u` unsigned, `b` bool, `M`
+    /// datetime, `S` bytes, ...) and item size, e.g. "<f8".
+    pub typestr: [c_char; 16],
+    /// Bytes per item.
+    pub itemsize: u64,
+    /// Dimensions (0 for a scalar array).
+    pub ndim: u32,
+    /// True: Fortran order (first index fastest); false: C order.
+    pub fortran_order: bool,
+    /// The first `ndim` entries are the shape.
+    pub shape: [u64; FP_MAX_DIMS],
+    /// The data, in the store's memory.
+    pub data: *const u8,
+    /// Bytes of data (the product of the shape times itemsize).
+    pub size: u64,
+}
+
+/// The array in `data`, a kind-6 object.
+pub fn ndarray(data: &[u8]) -> Result<fp_ndarray, CapiError> {
+    let l = parse(data)?;
+    if l.kind != fp_kind::FP_KIND_NDARRAY {
+        return Err(invalid(format!(
+            "the object is not a numpy array (kind {:?})",
+            l.kind
+        )));
+    }
+    // Safety: parse() checked that the payload lies inside `data`.
+    let desc = unsafe { std::slice::from_raw_parts(l.payload, l.payload_size as usize) };
+    let bad = || corrupt();
+    let (order, n_type) = (
+        *desc.first().ok_or_else(bad)?,
+        *desc.get(1).ok_or_else(bad)? as usize,
+    );
+    let ndim = u32::from_le_bytes(desc.get(4..8).ok_or_else(bad)?.try_into().expect("4 bytes"));
+    if ndim as usize > FP_MAX_DIMS || n_type > 15 {
+        return Err(bad());
+    }
+    let typestr = desc.get(8..8 + n_type).ok_or_else(bad)?;
+    let shape_at = (8 + n_type).div_ceil(8) * 8;
+    let mut out = fp_ndarray {
+        typestr: [0; 16],
+        itemsize: 0,
+        ndim,
+        fortran_order: order == b'F',
+        shape: [0; FP_MAX_DIMS],
+        data: std::ptr::null(),
+        size: 0,
+    };
+    for (o, &b) in out.typestr.iter_mut().zip(typestr) {
+        *o = b as c_char;
+    }
+    let digits: String = typestr
+        .iter()
+        .skip(2)
+        .map(|&b| b as char)
+        .take_while(char::is_ascii_digit)
+        .collect();
+    out.itemsize = digits.parse().map_err(|_| bad())?;
+    let mut items = 1u64;
+    for i in 0..ndim as usize {
+        out.shape[i] = u64_at(desc, shape_at + 8 * i).ok_or_else(bad)?;
+        items = items.checked_mul(out.shape[i]).ok_or_else(bad)?;
+    }
+    let d = buffer(data, 0)?;
+    if items.checked_mul(out.itemsize) != Some(d.len() as u64) {
+        return Err(bad());
+    }
+    out.data = d.as_ptr();
+    out.size = d.len() as u64;
+    Ok(out)
+}
+
+/// Reads the numpy array in `buf` (an `FP_KIND_NDARRAY` object) into
+/// `*out`: dtype, shape, order, and a pointer to its data in the store.
+/// FP_INVALID_ARGUMENT for an object of another kind.
+///
+/// # Safety
+/// `buf` is a live buffer; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn fp_ndarray_info(buf: *const fp_buffer, out: *mut fp_ndarray) -> fp_status {
+    guard(|| {
+        let a = ndarray(data_of(buf, "fp_ndarray_info")?)?;
+        if out.is_null() {
+            return Err(invalid("fp_ndarray_info: out is NULL"));
+        }
+        // Safety: not NULL, writable (the caller's promise).
+        unsafe { out.write(a) };
+        Ok(())
+    })
 }
 
 fn data_of<'a>(buf: *const fp_buffer, call: &str) -> Result<&'a [u8], CapiError> {

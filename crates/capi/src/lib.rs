@@ -31,6 +31,6 @@ pub mod subscription;
 pub use buffer::{fp_buffer, fp_mut_buffer};
 pub use client::{fp_client, fp_delete_status, fp_object_info, fp_stats};
 pub use id::fp_object_id;
-pub use layout::{fp_kind, fp_layout};
+pub use layout::{fp_kind, fp_layout, fp_ndarray};
 pub use status::{fp_status, CapiError};
 pub use subscription::{fp_event, fp_event_kind, fp_subscription};

@@ -62,7 +62,11 @@ pub fn crate_dir() -> PathBuf {
 /// Compiles `sources` with `compiler` against the library and its header;
 /// returns the program's path.
 pub fn build(compiler: &str, name: &str, sources: &[&Path], extra: &[&str]) -> PathBuf {
-    let out = std::env::temp_dir().join(format!("fp-capi-{}-{name}", std::process::id()));
+    // Tests run in parallel: each build gets its own file, so none runs a
+    // program another is still writing ("Text file busy").
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("fp-capi-{}-{n}-{name}", std::process::id()));
     let lib = lib_dir();
     let include = crate_dir().join("include");
     let mut cmd = Command::new(compiler);

@@ -1,0 +1,136 @@
+"""Every language reads the same bytes: C and C++ programs (built against
+libferroplasma, `make c-lib`, and C++ also against the Arrow C++ library
+that pyarrow ships) read what Python put, in place, and Python reads a
+table C++ put, as a zero-copy pyarrow.Table."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import ferroplasma as fp
+
+ROOT = Path(__file__).resolve().parents[2]
+C_OUT = ROOT / "target" / "c"
+TESTS = ROOT / "crates" / "capi" / "tests"
+
+
+def build(tmp: Path, compiler: str, source: Path, *extra: str) -> Path:
+    lib = C_OUT / "lib"
+    if not (lib / "libferroplasma.so").exists():
+        pytest.fail("target/c has no libferroplasma.so: run `make c-lib` (make build does)")
+    out = tmp / source.stem
+    cmd = [
+        compiler,
+        str(source),
+        f"-I{C_OUT / 'include'}",
+        "-O1",
+        "-Wall",
+        "-Werror",
+        "-o",
+        str(out),
+        *extra,
+        f"-L{lib}",
+        "-lferroplasma",
+        f"-Wl,-rpath,{lib}",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def arrow_flags() -> list[str]:
+    libdir = pa.get_library_dirs()[0]
+    libarrow = sorted(Path(libdir).glob("libarrow.so.*"))[0]
+    return [f"-I{pa.get_include()}", str(libarrow), f"-Wl,-rpath,{libdir}"]
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("languages")
+    c = build(tmp, "cc", TESTS / "c" / "read_python.c", "-std=c11")
+    cpp = build(tmp, "c++", TESTS / "cpp" / "arrow_exchange.cpp", "-std=c++20", *arrow_flags())
+    return c, cpp
+
+
+def python_table() -> pa.Table:
+    n = 2000
+    ints = [None if i % 11 == 0 else i * 5 for i in range(n)]
+    floats = [None if i % 13 == 0 else i * 0.5 for i in range(n)]
+    strings = [None if i % 17 == 0 else f"ünï {i}" * (i % 3) for i in range(n)]
+    lists = [None if i % 19 == 0 else list(range(i % 5)) for i in range(n)]
+    return pa.table(
+        {
+            "i": pa.array(ints, pa.int64()),
+            "f": pa.array(floats, pa.float64()),
+            "s": pa.array(strings, pa.string()),
+            "l": pa.array(lists, pa.list_(pa.int32())),
+        }
+    )
+
+
+def checksum(column: pa.ChunkedArray) -> str:
+    values = [v for v in column.to_pylist() if v is not None]
+    if pa.types.is_string(column.type):
+        total = sum(len(v.encode()) for v in values)
+    elif pa.types.is_list(column.type):
+        total = sum(sum(v) for v in values)
+    else:
+        total = sum(values)
+    return f"count={len(values)} nulls={column.null_count} sum={total:.3f}"
+
+
+def test_c_and_cpp_read_what_python_put_without_copying(client, programs):
+    c_prog, cpp_prog = programs
+    table = python_table()
+    arr = np.arange(12_000, dtype="<f8").reshape(300, 40) * 0.25
+    tid, aid = client.put(table), client.put(arr)
+    sock = client.socket
+
+    out = subprocess.run(
+        [str(cpp_prog), sock, "read", tid.hex(), aid.hex()], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    expected = [f"rows {table.num_rows}"]
+    expected += [f"column {name} {checksum(table[name])}" for name in table.column_names]
+    expected += [f"array <f8 ndim=2 shape=300x40 order=C sum={arr.sum():.3f}", "outside 0"]
+    assert out.stdout.splitlines() == expected
+
+    out = subprocess.run([str(c_prog), sock, tid.hex(), aid.hex()], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == [
+        "table kind=1 ipc=1 inside=1",
+        f"array <f8 ndim=2 shape=300x40 order=C sum={arr.sum():.3f} inside=1",
+    ]
+
+
+def test_python_reads_a_table_cpp_put_as_a_view_of_the_store(client, programs):
+    _, cpp_prog = programs
+    oid = fp.ObjectID.random()
+    out = subprocess.run(
+        [str(cpp_prog), client.socket, "put", oid.hex()], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "put", out.stderr
+    got = client.get(oid)
+    rows = range(1000)
+    expected = pa.table(
+        {
+            "i": pa.array([None if i % 7 == 0 else i * 3 for i in rows], pa.int64()),
+            "s": pa.array([None if i % 7 == 0 else f"row {i}" for i in rows], pa.string()),
+            "l": pa.array(
+                [None if i % 7 == 0 else [i + j for j in range(i % 4)] for i in rows],
+                pa.list_(pa.int32()),
+            ),
+        }
+    )
+    assert isinstance(got, pa.Table) and got.equals(expected)
+    [buf] = client.get_buffers([oid])
+    for column in got.columns:
+        for chunk in column.chunks:
+            for b in chunk.buffers():
+                if b is not None and b.size:
+                    assert buf.address <= b.address < buf.address + len(buf), "copied"
