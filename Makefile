@@ -9,7 +9,7 @@ ARGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: help build c-lib install-c header wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
+.PHONY: help build c-lib install-c header test-go wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,7 +54,7 @@ wheel: $(VENV)/.deps ## Build a manylinux wheel into target/wheels/ (pip install
 run: build ## Build and start a store with the defaults (Ctrl-C stops it); ARGS="..." adds flags
 	$(VENV)/bin/ferroplasma store $(ARGS)
 
-test: test-rust test-python test-plasma ## Run every test (Rust, Python and Plasma's own suite, against real stores)
+test: test-rust test-python test-plasma test-go ## Run every test (Rust, Python, Plasma's own suite and Go, against real stores)
 
 # Tests that need root (network namespaces, other users) are marked ignored,
 # so that elsewhere they are reported as skipped; as root they run here.
@@ -85,10 +85,18 @@ test-plasma: build $(PLASMA_SUITE) ## Plasma's own test suite (pyarrow 11.0.0's 
 	cd $(dir $(PLASMA_SUITE)) && PYTHONPATH=$(CURDIR)/python/tests/plasma_suite \
 	  $(CURDIR)/$(VENV)/bin/python -m pytest -q -rs -p plasma_suite_plugin test_plasma.py
 
+# The Go client (go/ferroplasma, cgo over the C library): needs Go >= 1.25.
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+GO_ENV := PKG_CONFIG_PATH=$(CURDIR)/$(C_OUT)/lib/pkgconfig CGO_LDFLAGS=-Wl,-rpath,$(CURDIR)/$(C_OUT)/lib
+test-go: build ## Go client tests against a real store (go vet, go test)
+	cd go/ferroplasma && $(GO_ENV) $(GO) vet ./... && \
+	  $(GO_ENV) FERROPLASMA_BIN=$(CURDIR)/$(VENV)/bin/ferroplasma $(GO) test ./...
+
 lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff, _native.pyi against the built module (stubtest)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test -q -p ferroplasma-capi --test header
+	@test -z "$$(cd go/ferroplasma && $(dir $(GO))gofmt -l .)" || { echo "go/ferroplasma is not gofmt-clean: gofmt -w go/ferroplasma"; exit 1; }
 	$(VENV)/bin/ruff check python bench
 	$(VENV)/bin/ruff format --check python bench
 	$(MAKE) build

@@ -5,6 +5,8 @@ table C++ put, as a zero-copy pyarrow.Table."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,6 +19,27 @@ import ferroplasma as fp
 ROOT = Path(__file__).resolve().parents[2]
 C_OUT = ROOT / "target" / "c"
 TESTS = ROOT / "crates" / "capi" / "tests"
+GO_MODULE = ROOT / "go" / "ferroplasma"
+GO = shutil.which("go") or "/usr/local/go/bin/go"
+
+
+def go_build(package: str, out: Path) -> None:
+    """Builds a package of go/ferroplasma with cgo against target/c."""
+    if not Path(GO).exists():
+        pytest.fail("Go is not installed: the Go client needs Go >= 1.25 (https://go.dev/dl)")
+    env = dict(
+        os.environ,
+        PKG_CONFIG_PATH=str(C_OUT / "lib" / "pkgconfig"),
+        CGO_LDFLAGS=f"-Wl,-rpath,{C_OUT / 'lib'}",
+    )
+    done = subprocess.run(
+        [GO, "build", "-o", str(out), package],
+        cwd=GO_MODULE,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def build(tmp: Path, compiler: str, source: Path, *extra: str) -> Path:
@@ -73,6 +96,21 @@ def python_table() -> pa.Table:
     )
 
 
+def table_from_other_languages() -> pa.Table:
+    """What the C++ and Go programs put (the same in both)."""
+    rows = range(1000)
+    return pa.table(
+        {
+            "i": pa.array([None if i % 7 == 0 else i * 3 for i in rows], pa.int64()),
+            "s": pa.array([None if i % 7 == 0 else f"row {i}" for i in rows], pa.string()),
+            "l": pa.array(
+                [None if i % 7 == 0 else [i + j for j in range(i % 4)] for i in rows],
+                pa.list_(pa.int32()),
+            ),
+        }
+    )
+
+
 def checksum(column: pa.ChunkedArray) -> str:
     values = [v for v in column.to_pylist() if v is not None]
     if pa.types.is_string(column.type):
@@ -116,17 +154,7 @@ def test_python_reads_a_table_cpp_put_as_a_view_of_the_store(client, programs):
     )
     assert out.returncode == 0 and out.stdout.strip() == "put", out.stderr
     got = client.get(oid)
-    rows = range(1000)
-    expected = pa.table(
-        {
-            "i": pa.array([None if i % 7 == 0 else i * 3 for i in rows], pa.int64()),
-            "s": pa.array([None if i % 7 == 0 else f"row {i}" for i in rows], pa.string()),
-            "l": pa.array(
-                [None if i % 7 == 0 else [i + j for j in range(i % 4)] for i in rows],
-                pa.list_(pa.int32()),
-            ),
-        }
-    )
+    expected = table_from_other_languages()
     assert isinstance(got, pa.Table) and got.equals(expected)
     [buf] = client.get_buffers([oid])
     for column in got.columns:
@@ -134,3 +162,45 @@ def test_python_reads_a_table_cpp_put_as_a_view_of_the_store(client, programs):
             for b in chunk.buffers():
                 if b is not None and b.size:
                     assert buf.address <= b.address < buf.address + len(buf), "copied"
+
+
+@pytest.fixture(scope="module")
+def go_program(tmp_path_factory):
+    """go/ferroplasma/cmd/arrowexchange."""
+    out = tmp_path_factory.mktemp("go") / "arrowexchange"
+    go_build("./cmd/arrowexchange", out)
+    return out
+
+
+def test_go_reads_a_table_python_put_without_copying(client, go_program):
+    table = python_table()
+    tid = client.put(table)
+    out = subprocess.run(
+        [str(go_program), client.socket, "read", tid.hex()], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    expected = [f"rows {table.num_rows}"]
+    expected += [f"column {name} {checksum(table[name])}" for name in table.column_names]
+    assert out.stdout.splitlines() == [*expected, "outside 0"]
+
+
+def test_python_reads_a_table_go_put_as_a_view_of_the_store(client, go_program):
+    oid = fp.ObjectID.random()
+    out = subprocess.run(
+        [str(go_program), client.socket, "put", oid.hex()], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "put", out.stderr
+    got = client.get(oid)
+    expected = table_from_other_languages()
+    assert isinstance(got, pa.Table) and got.equals(expected)
+
+
+def test_the_go_example_in_docs_languages_md_runs(client, tmp_path):
+    """docs/languages.md's Go program is go/ferroplasma/examples/hello, as written."""
+    doc = (ROOT / "docs" / "languages.md").read_text()
+    start = doc.index("```go\n") + len("```go\n")
+    example = GO_MODULE / "examples" / "hello" / "main.go"
+    assert doc[start : doc.index("```", start)] == example.read_text()
+    go_build("./examples/hello", tmp_path / "hello")
+    ran = subprocess.run([str(tmp_path / "hello"), client.socket], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout == "hello\n", ran.stderr
