@@ -287,3 +287,33 @@ func (cl *Client) Stats() (Stats, error) {
 		Clients: uint64(s.clients),
 	}, err
 }
+
+// NDArray is a numpy array Python stored (a top-level array of a plain
+// dtype): its dtype and shape, and its data as the store's bytes.
+type NDArray struct {
+	Typestr      string // numpy's typestr, e.g. "<f8"
+	ItemSize     int
+	Shape        []uint64
+	FortranOrder bool
+	Data         []byte // the store's memory, valid until the buffer's Release
+}
+
+// NDArray reads the buffer as a numpy array Python stored.
+func (b *Buffer) NDArray() (*NDArray, error) {
+	var a C.fp_ndarray
+	if err := call(func() uint32 { return C.fp_ndarray_info(b.b, &a) }); err != nil {
+		return nil, err
+	}
+	out := &NDArray{
+		Typestr:      C.GoString(&a.typestr[0]),
+		ItemSize:     int(a.itemsize),
+		FortranOrder: bool(a.fortran_order),
+	}
+	for i := 0; i < int(a.ndim); i++ {
+		out.Shape = append(out.Shape, uint64(a.shape[i]))
+	}
+	if a.size > 0 {
+		out.Data = unsafe.Slice((*byte)(unsafe.Pointer(a.data)), int(a.size))
+	}
+	return out, nil
+}

@@ -140,8 +140,15 @@ def test_c_and_cpp_read_what_python_put_without_copying(client, programs):
 
     out = subprocess.run([str(c_prog), sock, tid.hex(), aid.hex()], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+    [buf] = client.get_buffers([tid])
+    view = memoryview(buf)
+    p_off, p_len = int.from_bytes(view[16:24], "little"), int.from_bytes(view[24:32], "little")
+    fnv = 1469598103934665603
+    for byte in bytes(view[p_off : p_off + p_len]):
+        fnv = ((fnv ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    del view, buf
     assert out.stdout.splitlines() == [
-        "table kind=1 ipc=1 inside=1",
+        f"table kind=1 ipc=1 inside=1 fnv={fnv:016x}",
         f"array <f8 ndim=2 shape=300x40 order=C sum={arr.sum():.3f} inside=1",
     ]
 
@@ -172,16 +179,20 @@ def go_program(tmp_path_factory):
     return out
 
 
-def test_go_reads_a_table_python_put_without_copying(client, go_program):
+def test_go_reads_a_table_and_an_array_python_put_without_copying(client, go_program):
     table = python_table()
-    tid = client.put(table)
+    arr = np.arange(12_000, dtype="<f8").reshape(300, 40) * 0.25
+    tid, aid = client.put(table), client.put(arr)
     out = subprocess.run(
-        [str(go_program), client.socket, "read", tid.hex()], capture_output=True, text=True
+        [str(go_program), client.socket, "read", tid.hex(), aid.hex()],
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stderr
     expected = [f"rows {table.num_rows}"]
     expected += [f"column {name} {checksum(table[name])}" for name in table.column_names]
-    assert out.stdout.splitlines() == [*expected, "outside 0"]
+    expected += [f"array <f8 ndim=2 shape=300x40 order=C sum={arr.sum():.3f}", "outside 0"]
+    assert out.stdout.splitlines() == expected
 
 
 def test_python_reads_a_table_go_put_as_a_view_of_the_store(client, go_program):

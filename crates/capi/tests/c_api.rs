@@ -134,3 +134,32 @@ fn the_examples_in_docs_languages_md_work() {
         assert!(text.starts_with("hello"), "{lang} printed {text:?}");
     }
 }
+
+/// The README's C example, as written, reads an object by its id.
+#[test]
+fn the_readme_c_example_works() {
+    let readme = std::fs::read_to_string(crate_dir().join("../../README.md")).unwrap();
+    let start = readme.find("```c\n").expect("a C block") + 5;
+    let src = std::env::temp_dir().join(format!("fp-capi-{}-readme.c", std::process::id()));
+    std::fs::write(
+        &src,
+        &readme[start..start + readme[start..].find("```").unwrap()],
+    )
+    .unwrap();
+    let prog = build("cc", "readme", &[&src], &["-std=c11"]);
+    let store = Store::start("readme", 16 << 20);
+    let id = ObjectId::random();
+    store.client().put(id, &[7u8; 1000], b"").unwrap();
+    let out = Command::new(prog)
+        .arg(id.to_hex())
+        .env("FERROPLASMA_SOCKET", &store.socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("1000 bytes at 0x"), "{text}");
+}

@@ -1,8 +1,8 @@
 /*
  * C reads what Python put, in place:
  *   read_python SOCKET TABLE_HEX ARRAY_HEX
- * prints the table object's kind and whether its Arrow IPC payload lies
- * inside the object, then the numpy array's dtype, shape and sum (for
+ * prints the table object's kind, whether its Arrow IPC payload lies inside
+ * the object and an FNV-1a hash of that payload, then the numpy array's dtype, shape and sum (for
  * float64), and whether its data lies inside the object.
  */
 #include "ferroplasma.h"
@@ -27,7 +27,11 @@ int main(int argc, char **argv) {
     int inside = l.payload >= lo && l.payload + l.payload_size <= hi;
     /* An Arrow IPC stream starts with a continuation marker (0xFFFFFFFF). */
     int ipc = l.payload_size > 4 && memcmp(l.payload, "\xff\xff\xff\xff", 4) == 0;
-    printf("table kind=%d ipc=%d inside=%d\n", (int)l.kind, ipc, inside);
+    /* FNV-1a 64 of the IPC stream, which Python computes over the same bytes. */
+    uint64_t h = 1469598103934665603ULL;
+    for (uint64_t i = 0; i < l.payload_size; i++) h = (h ^ l.payload[i]) * 1099511628211ULL;
+    printf("table kind=%d ipc=%d inside=%d fnv=%016llx\n", (int)l.kind, ipc, inside,
+           (unsigned long long)h);
 
     fp_ndarray a;
     if (fp_ndarray_info(b[1], &a) != FP_OK) {

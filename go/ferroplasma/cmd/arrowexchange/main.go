@@ -1,14 +1,17 @@
 // Command arrowexchange moves Arrow tables between Python and Go through
 // the store (python/tests/test_languages.py runs it):
 //
-//	arrowexchange SOCKET read TABLE_HEX   prints "rows N", one checksum line per
-//	                                      column, and "outside K": how many
-//	                                      column buffers lie outside the store
+//	arrowexchange SOCKET read TABLE_HEX ARRAY_HEX
+//	        prints "rows N", one checksum line per column, a line for the
+//	        numpy array, and "outside K": how many column buffers (and the
+//	        array's data) lie outside the objects' bytes in the store
 //	arrowexchange SOCKET put HEX          puts a table Python then checks
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"unsafe"
@@ -69,7 +72,45 @@ func outside(d arrow.ArrayData, lo, hi uintptr) int {
 	return n
 }
 
-func read(cl *fp.Client, hex string) error {
+func readArray(cl *fp.Client, hex string) (int, error) {
+	id, err := fp.ParseID(hex)
+	if err != nil {
+		return 0, err
+	}
+	bufs, err := cl.Get([]fp.ObjectID{id}, 5_000_000_000)
+	if err != nil || bufs[0] == nil {
+		return 0, fmt.Errorf("get: %v", err)
+	}
+	defer bufs[0].Release()
+	a, err := bufs[0].NDArray()
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	if a.Typestr == "<f8" {
+		for i := 0; i+8 <= len(a.Data); i += 8 {
+			sum += math.Float64frombits(binary.LittleEndian.Uint64(a.Data[i:]))
+		}
+	}
+	order := 'C'
+	if a.FortranOrder {
+		order = 'F'
+	}
+	cols := uint64(1)
+	if len(a.Shape) > 1 {
+		cols = a.Shape[1]
+	}
+	fmt.Printf("array %s ndim=%d shape=%dx%d order=%c sum=%.3f\n", a.Typestr, len(a.Shape), a.Shape[0], cols, order, sum)
+	raw := bufs[0].Bytes()
+	lo := uintptr(unsafe.Pointer(&raw[0]))
+	p := uintptr(unsafe.Pointer(&a.Data[0]))
+	if p < lo || p+uintptr(len(a.Data)) > lo+uintptr(len(raw)) {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func read(cl *fp.Client, hex, arrayHex string) error {
 	id, err := fp.ParseID(hex)
 	if err != nil {
 		return err
@@ -97,7 +138,11 @@ func read(cl *fp.Client, hex string) error {
 		}
 		fmt.Printf("column %s %s\n", f.Name, checksum(col))
 	}
-	fmt.Printf("outside %d\n", bad)
+	n, err := readArray(cl, arrayHex)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("outside %d\n", bad+n)
 	return nil
 }
 
@@ -141,8 +186,8 @@ func put(cl *fp.Client, hex string) error {
 }
 
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: arrowexchange SOCKET read|put HEX")
+	if len(os.Args) < 4 {
+		fmt.Fprintln(os.Stderr, "usage: arrowexchange SOCKET read TABLE_HEX ARRAY_HEX | put HEX")
 		os.Exit(2)
 	}
 	cl, err := fp.Connect(os.Args[1])
@@ -153,7 +198,11 @@ func main() {
 	defer cl.Close()
 	switch os.Args[2] {
 	case "read":
-		err = read(cl, os.Args[3])
+		if len(os.Args) != 5 {
+			err = fmt.Errorf("read needs TABLE_HEX ARRAY_HEX")
+			break
+		}
+		err = read(cl, os.Args[3], os.Args[4])
 	case "put":
 		err = put(cl, os.Args[3])
 	default:
