@@ -18,7 +18,7 @@ help: ## List the targets
 $(VENV)/.deps: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff mypy pytest numpy pandas pyarrow matplotlib duckdb tqdm
+	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff mypy pytest numpy pandas pyarrow matplotlib duckdb tqdm "dask[distributed,dataframe]"
 	touch $@
 
 build: $(VENV)/.deps c-lib ## Build (release) the Python package into .venv, with the `ferroplasma` command, and the C library

@@ -19,6 +19,7 @@ __all__ = ["EXTRAS", "require"]
 EXTRAS = {
     "jobs": ("numpy", "pandas", "pyarrow", "tqdm"),
     "scan": ("pyarrow", "duckdb"),
+    "dask": ("numpy", "pandas", "pyarrow", "tqdm", "dask[distributed,dataframe]"),
 }
 
 

@@ -94,6 +94,68 @@ def scan_server(store, tmp_path_factory):
         yield {"datahost:7700": srv.address}
 
 
+@pytest.fixture(scope="module")
+def dask(store, tmp_path_factory):
+    """A Dask scheduler and one worker using the doc tests' store, and
+    record files to sort (for docs/jobs.md)."""
+    import socket
+
+    from ferroplasma.jobs import records
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dashboard-address",
+                ":0",
+            ],
+            **quiet,
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                address,
+                "--nthreads",
+                "2",
+                "--no-nanny",
+                "--dashboard-address",
+                ":0",
+            ],
+            env=dict(os.environ, FERROPLASMA_SOCKET=store.socket),
+            **quiet,
+        ),
+    ]
+    try:
+        root = tmp_path_factory.mktemp("dask-doc")
+        records.gen_records(str(root / "in"), "2MB", files=2, seed=1, workers=1)
+        from distributed import Client
+
+        with Client(address, timeout=60) as c:
+            c.wait_for_workers(1, timeout=60)
+        yield {
+            "tcp://SCHEDULER:8786": address,
+            "/shared/in": str(root / "in"),
+            "/shared/out": str(root / "out"),
+        }
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize("code", _blocks())
 def test_doc_block_runs_as_written(code, store, request, tmp_path):
     names: dict[str, str] = {}
@@ -101,7 +163,7 @@ def test_doc_block_runs_as_written(code, store, request, tmp_path):
     m = DIRECTIVE.search(first)
     if m:
         need = m.group(1)
-        assert need in ("cluster", "scan-server"), f"unknown doc-test directive {need!r}"
+        assert need in ("cluster", "scan-server", "dask"), f"unknown doc-test directive {need!r}"
         names = request.getfixturevalue(need.replace("-", "_"))
     for doc_name, real in names.items():
         code = code.replace(doc_name, real)

@@ -5,6 +5,9 @@ Modules:
 - :mod:`~ferroplasma.jobs.pool` — :class:`Pool` (worker processes connected
   to one store) and :func:`job_store` (the store a job runs on, private if
   none is running);
+- :mod:`~ferroplasma.jobs.dask_pool` — :class:`DaskPool`: the same tasks on
+  the workers of a Dask cluster, each talking to the store of its host
+  (pass a ``distributed.Client`` as ``workers``);
 - :mod:`~ferroplasma.jobs.dataframe` — :func:`sort_dataframe`, the parallel
   sample sort of a DataFrame in the store (seed 000);
 - :mod:`~ferroplasma.jobs.records` — the map/reduce sort of text records
@@ -27,7 +30,8 @@ from .._optional import require
 
 require("ferroplasma.jobs", "jobs", "numpy", "pandas")
 
+from .dask_pool import DaskPool  # noqa: E402
 from .dataframe import sort_dataframe  # noqa: E402 - after the dependency check
 from .pool import Pool, default_socket, job_store  # noqa: E402
 
-__all__ = ["Pool", "default_socket", "job_store", "sort_dataframe"]
+__all__ = ["DaskPool", "Pool", "default_socket", "job_store", "sort_dataframe"]

@@ -85,6 +85,19 @@ def _say(text: str) -> None:
     print(f"ferroplasma: {text}", file=sys.stderr)
 
 
+def _dask_client(address: str):
+    """A client of the Dask scheduler at ``address``, or a clear error."""
+    from .._optional import require
+
+    require("ferroplasma records sort --scheduler", "dask", "distributed")
+    import distributed
+
+    try:
+        return distributed.Client(address, timeout=30)
+    except OSError as e:
+        raise JobError(f"no Dask scheduler answers at {address}: {e}") from e
+
+
 def _common(p: argparse.ArgumentParser, store: bool) -> None:
     p.add_argument(
         "--workers", type=int, help="worker processes (default: the cores, %(default)s here)"
@@ -129,6 +142,13 @@ def records_main(argv: list[str]) -> int:
     s.add_argument(
         "--overwrite", action="store_true", help="remove part-* files already in --output first"
     )
+    s.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the tasks on this Dask cluster (e.g. tcp://host:8786) instead of local "
+        "processes: every worker's host runs a store of one cluster, and --input and "
+        "--output are visible to every worker (docs/jobs.md; needs pip install '.[dask]')",
+    )
     _common(s, store=True)
     v = sub.add_parser("validate", help="check a sort's output against its input")
     v.add_argument("--input", required=True, help="the directory that was sorted")
@@ -153,7 +173,7 @@ def records_main(argv: list[str]) -> int:
                 args.input,
                 args.output,
                 args.partitions,
-                args.workers,
+                _dask_client(args.scheduler) if args.scheduler else args.workers,
                 args.socket,
                 args.split_size,
                 args.spill_dir,

@@ -12,7 +12,9 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -39,12 +41,35 @@ def _init_worker(socket: str | None) -> None:
             _CLIENT_ERROR = e
 
 
+_CONNECTING = threading.Lock()
+
+
+def _in_dask_worker() -> bool:
+    dist = sys.modules.get("distributed")
+    if dist is None:
+        return False
+    try:
+        dist.get_worker()
+    except ValueError:
+        # client.run() calls run outside a task: is this a worker process?
+        return bool(getattr(getattr(dist, "Worker", None), "_instances", ()))
+    return True
+
+
 def worker_client() -> Client:
-    """The store client of the worker process running the current task."""
+    """The store client of the worker process running the current task: a
+    :class:`Pool`'s, or in a Dask worker (:class:`~.dask_pool.DaskPool`)
+    one connected on first use to the store of the worker's host
+    (``$FERROPLASMA_SOCKET``, else the default socket)."""
+    global _CLIENT
     if _CLIENT_ERROR is not None:
         raise _CLIENT_ERROR
     if _CLIENT is None:
-        raise JobError("worker_client() is only available inside a Pool's task")
+        if not _in_dask_worker():
+            raise JobError("worker_client() is only available inside a Pool's task")
+        with _CONNECTING:
+            if _CLIENT is None:
+                _CLIENT = Client(default_socket())
     return _CLIENT
 
 
@@ -73,6 +98,10 @@ class Pool:
         with fp.jobs.Pool(client.socket, workers=4) as pool:
             out = fp.jobs.sort_dataframe(client, parts, "key", workers=pool)
     """
+
+    # The driver holds a reference to each map object so that the store
+    # neither evicts nor spills it (all on one host, so that costs nothing).
+    holds_inputs = True
 
     def __init__(
         self,

@@ -34,7 +34,8 @@ import numpy as np
 
 from .._ids import ObjectID
 from ..client import Client
-from ..errors import JobError, StoreFull
+from ..errors import JobError, ObjectExists, ObjectLost, StoreFull
+from .dask_pool import DaskPool, is_dask_client
 from .pool import Pool, default_socket, job_store, worker_client
 from .record_format import (
     DEFAULT_SPLIT,
@@ -84,6 +85,10 @@ class SortSummary:
     spilled_bytes: int  #: bytes of runs that went to spill files instead
     workers: int
     private_store: bool  #: True when the job started its own store
+    #: the store member (host) that wrote each output ("" on one host)
+    hosts: list[str] = dataclasses.field(default_factory=list)
+    #: map tasks made again because their host died with their output
+    recomputed_maps: int = 0
 
     @property
     def mb_per_s(self) -> float:
@@ -125,9 +130,28 @@ def _sample_boundaries(files: list[str], partitions: int, seed: int = 0) -> np.n
     return ks[np.minimum(at, len(ks) - 1)]
 
 
-def _map_task(path, offset, length, bounds, spill_dir, reserve):
+# Ids a map task may give its object: _ATTEMPTS per split, derived from the
+# job and the split, so that the driver can delete every object any
+# execution of a task made, even one whose result nobody saw (Dask may run
+# a task twice: a worker lost after it ran, or stolen work).
+_ATTEMPTS = 8
+
+
+def _run_ids(job: bytes, split: int) -> list[ObjectID]:
+    import hashlib
+
+    return [
+        ObjectID(
+            hashlib.blake2b(job + split.to_bytes(8, "little") + bytes([k]), digest_size=20).digest()
+        )
+        for k in range(_ATTEMPTS)
+    ]
+
+
+def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0):
     """Reads, checks and sorts a split; places its P runs in the store (one
-    object) or a spill file. Returns (where, ref, run offsets in bytes)."""
+    object, under the first free id of ``_run_ids(job, split)``) or a spill
+    file. Returns (where, ref, run offsets in bytes, store member)."""
     data = np.fromfile(path, dtype=np.uint8, count=length, offset=offset)
     if len(data) != length:
         raise JobError(f"{path} changed size while being sorted")
@@ -141,11 +165,15 @@ def _map_task(path, offset, length, bounds, spill_dir, reserve):
     client = worker_client()
     st = client.stats()
     if length and st["capacity"] - st["used"] >= length + reserve:
-        oid = ObjectID.random()
-        try:
-            buf = client.create(oid, length)
-        except StoreFull:
-            buf = None
+        buf = None
+        for oid in _run_ids(job, split) if job else [ObjectID.random()]:
+            try:
+                buf = client.create(oid, length)
+                break
+            except ObjectExists:
+                continue  # an earlier execution of this task made it
+            except StoreFull:
+                break
         if buf is not None:
             try:
                 out = np.frombuffer(buf, dtype=f"V{RECORD_SIZE}")
@@ -156,18 +184,38 @@ def _map_task(path, offset, length, bounds, spill_dir, reserve):
                 client.abort(oid)
                 raise
             client.release(oid)
-            return "store", oid.binary(), edges.tolist()
+            return "store", oid.binary(), edges.tolist(), _member(client)
     fd, spill = tempfile.mkstemp(dir=spill_dir, suffix=".run")
     with os.fdopen(fd, "wb") as f:
         rows[order].tofile(f)
-    return "file", spill, edges.tolist()
+    return "file", spill, edges.tolist(), ""
 
 
-def _reduce_task(p: int, sources: list, out_path: str) -> int:
-    """Merges partition p's runs (store ranges and file ranges) into out_path."""
+_MEMBER: dict[int, str] = {}
+
+
+def _member(client: Client) -> str:
+    """The cluster address of the store ``client`` is connected to ("" for
+    a store not in a cluster), asked once per client."""
+    key = id(client)
+    if key not in _MEMBER:
+        status = client.cluster_status()
+        here = [m["address"] for m in status.get("members", []) if m["health"] == "this"]
+        _MEMBER[key] = here[0] if status.get("enabled") and here else ""
+    return _MEMBER[key]
+
+
+def _reduce_task(p: int, sources: list, out_path: str) -> tuple[int, str]:
+    """Merges partition p's runs (store ranges and file ranges) into
+    out_path; returns the bytes written and the store member it ran by.
+    Runs put on other hosts come through the cluster's remote get (raising
+    ObjectLost for one lost with its host: the driver makes it again)."""
     client = worker_client()
     ids = [ObjectID(ref) for where, ref, a, b in sources if where == "store"]
-    bufs = iter(client.get_buffers(ids, timeout=0)) if ids else iter(())
+    # Sealed before the reduce started: a local one comes at once; one on
+    # another host is pulled (the timeout bounds a stalled transfer; a run
+    # lost with its host raises ObjectLost at once).
+    bufs = iter(client.get_buffers(ids, timeout=_FETCH_TIMEOUT)) if ids else iter(())
     pieces = []
     for where, ref, a, b in sources:
         if where == "store":
@@ -186,7 +234,7 @@ def _reduce_task(p: int, sources: list, out_path: str) -> int:
             # Each run is sorted: the stable sort (timsort) merges the runs.
             order = np.argsort(keys_of(whole), kind="stable")
             whole.view(f"V{RECORD_SIZE}").ravel()[order].tofile(f)
-    return nbytes
+    return nbytes, _member(client)
 
 
 @contextlib.contextmanager
@@ -211,7 +259,7 @@ def _uninterrupted():
 def _discard_run(client: Client, result: tuple) -> None:
     """Deletes what a map task placed that the job did not take (it failed);
     spill files go with the spill directory."""
-    where, ref, _ = result
+    where, ref = result[0], result[1]
     if where == "store":
         client.delete(ObjectID(ref))
 
@@ -281,9 +329,13 @@ def sort_records(
     spill = tempfile.mkdtemp(prefix=".ferroplasma-spill-", dir=spill_dir or output_dir)
     started = time.perf_counter()
     try:
+        if is_dask_client(workers):
+            # Across hosts: every worker's host runs a store of one cluster;
+            # the driver talks to the one at `socket`.
+            workers = DaskPool(workers)
         with job_store(socket, _store_memory(total), say) as client:
             private = client.socket != (socket or default_socket())
-            own_pool = not isinstance(workers, Pool)
+            own_pool = not isinstance(workers, (Pool, DaskPool))
             pool = Pool(client.socket, workers) if own_pool else workers
             try:
                 summary = _run_sort(
@@ -297,6 +349,45 @@ def sort_records(
         return summary
     finally:
         shutil.rmtree(spill, ignore_errors=True)
+
+
+# Seconds a reducer waits for a run held on another host.
+_FETCH_TIMEOUT = 120.0
+# How many times a sort makes lost map outputs again before giving up.
+_RECOVERIES = 3
+
+
+def _place(results: list, partitions: list[int], members: list[str]) -> list[str]:
+    """The store member to run each partition's reduce on: where most of
+    its input bytes are (they are then read locally; the rest crosses the
+    network once), but no member gets more than its share of the
+    partitions, so that every host works. Largest partitions choose first."""
+    weight: dict[int, dict[str, int]] = {p: {} for p in partitions}
+    for kind, _, e, member in results:
+        if kind == "store":
+            for p in partitions:
+                weight[p][member] = weight[p].get(member, 0) + e[p + 1] - e[p]
+    members = sorted(set(members) | {m for w in weight.values() for m in w})
+    if not members:
+        return [""] * len(partitions)
+    share = -(-len(partitions) // len(members))  # ceil
+    load = dict.fromkeys(members, 0)
+    chosen: dict[int, str] = {}
+    for p in sorted(partitions, key=lambda q: -sum(weight[q].values())):
+        best = max(
+            (m for m in members if load[m] < share),
+            key=lambda m: weight[p].get(m, 0),
+        )
+        chosen[p] = best
+        load[best] += 1
+    return [chosen[p] for p in partitions]
+
+
+def _lost_maps(client: Client, results: list) -> list[int]:
+    """The map tasks whose objects are no longer in any live store."""
+    which = [i for i, r in enumerate(results) if r[0] == "store"]
+    there = client.contains([ObjectID(results[i][1]) for i in which], cluster=True)
+    return [i for i, ok in zip(which, there) if not ok]
 
 
 def _run_sort(
@@ -315,27 +406,43 @@ def _run_sort(
     # Room kept for the splits other workers may be placing at the same time.
     reserve = max((n for _, _, n in splits), default=0) * (pool.workers - 1)
     held: dict[int, Any] = {}  # map index -> buffer (keeps its object in the store)
+    superseded: list[bytes] = []  # map objects made again after their host died
+    job = os.urandom(16)  # names the ids map tasks may use (_run_ids)
     temps: list[str] = []  # reduce outputs not renamed yet
     results: list[Any] = [None] * len(splits)
     store_bytes = spilled = 0
     t0 = time.perf_counter()
     bar = progress_bar(progress, "map", total)
     try:
-        for i, res in pool.run_all(
-            _map_task,
-            [(p, off, n, bounds, spill, reserve) for p, off, n in splits],
-            discard=lambda r: _discard_run(client, r),
-        ):
-            where, ref, _ = results[i] = res
-            if where == "store":
-                (buf,) = client.get_buffers([ObjectID(ref)], timeout=0)
-                if buf is None:
-                    raise JobError(f"split {i}: its runs left the store before the job held them")
-                held[i] = buf
-                store_bytes += splits[i][2]
-            else:
-                spilled += splits[i][2]
-            bar.update(splits[i][2])
+        map_args = [
+            (p, off, n, bounds, spill, reserve, job, i) for i, (p, off, n) in enumerate(splits)
+        ]
+
+        def run_maps(which: list[int]) -> None:
+            nonlocal store_bytes, spilled
+            for k, res in pool.run_all(
+                _map_task,
+                [map_args[i] for i in which],
+                discard=lambda r: _discard_run(client, r),
+            ):
+                i = which[k]
+                if results[i] is not None and results[i][0] == "store":
+                    superseded.append(results[i][1])  # lost with its host
+                results[i] = res
+                if res[0] == "store":
+                    if pool.holds_inputs:
+                        (buf,) = client.get_buffers([ObjectID(res[1])], timeout=0)
+                        if buf is None:
+                            raise JobError(
+                                f"split {i}: its runs left the store before the job held them"
+                            )
+                        held[i] = buf
+                    store_bytes += splits[i][2]
+                else:
+                    spilled += splits[i][2]
+                bar.update(splits[i][2])
+
+        run_maps(list(range(len(splits))))
         bar.close()
         t1 = time.perf_counter()
         bar = progress_bar(progress, "reduce", total)
@@ -344,12 +451,33 @@ def _run_sort(
         # leaves no part files behind.
         outputs = [os.path.join(output_dir, f"part-{p:05d}") for p in range(partitions)]
         temps = [os.path.join(output_dir, f".part-{p:05d}.tmp") for p in range(partitions)]
-        tasks = []
-        for p in range(partitions):
-            sources = [(w, ref, e[p], e[p + 1]) for w, ref, e in results]
-            tasks.append((p, sources, temps[p]))
-        for _, written in pool.run_all(_reduce_task, tasks):
-            bar.update(written)
+        hosts = [""] * partitions
+        pending = list(range(partitions))
+        for attempt in range(_RECOVERIES + 1):
+            tasks = []
+            for p in pending:
+                sources = [(w, ref, e[p], e[p + 1]) for w, ref, e, _ in results]
+                tasks.append((p, sources, temps[p]))
+            where = _place(results, pending, list(getattr(pool, "workers_of", {})))
+            try:
+                for k, (written, host) in pool.run_all(
+                    _reduce_task, tasks, **({"where": where} if not pool.holds_inputs else {})
+                ):
+                    bar.update(written)
+                    hosts[pending[k]] = host
+                    pending[k] = -1
+                break
+            except ObjectLost:
+                # A host died with map outputs: make them again from their
+                # splits, then run the partitions not written yet.
+                if attempt == _RECOVERIES:
+                    raise
+                pending = [p for p in pending if p >= 0]
+                lost = _lost_maps(client, results)
+                bar.close()
+                bar = progress_bar(progress, f"redo {len(lost)} maps", len(lost))
+                run_maps(lost)
+                bar = progress_bar(progress, "reduce", total)
         with _uninterrupted():
             for temp, out in zip(temps, outputs):
                 os.replace(temp, out)
@@ -361,7 +489,13 @@ def _run_sort(
         for temp in temps:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(temp)
-        ids = [ObjectID(r[1]) for r in results if r is not None and r[0] == "store"]
+        ids = {ObjectID(r[1]) for r in results if r is not None and r[0] == "store"}
+        ids |= {ObjectID(r) for r in superseded}
+        if not pool.holds_inputs:
+            # Across hosts: also whatever an execution of a map task made
+            # that the driver never heard of.
+            ids |= {oid for i in range(len(splits)) for oid in _run_ids(job, i)}
+        ids = list(ids)
         held.clear()
         if ids:
             client.delete(ids)
@@ -377,4 +511,6 @@ def _run_sort(
         spilled_bytes=spilled,
         workers=pool.workers,
         private_store=False,
+        hosts=hosts,
+        recomputed_maps=len(superseded),
     )

@@ -1,0 +1,127 @@
+"""Jobs on a Dask cluster: Dask schedules the tasks, the store holds the data.
+
+:class:`DaskPool` runs a job's tasks on the workers of a
+``distributed.Client``, in place of the local :class:`~.pool.Pool`. Each
+worker talks to the ferroplasma store of its own host (its
+``$FERROPLASMA_SOCKET``, else the default socket); those stores form one
+cluster (docs/cluster.md), so a task gets objects put on other hosts
+through the cluster's remote get. Tasks pass object ids, never data,
+through Dask. A task can be placed where its input bytes are: ``where``
+names the store member that should run it, and the pool turns that into a
+Dask ``workers=`` hint (the task may still run elsewhere, e.g. when that
+host died).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ..errors import JobError
+
+__all__ = ["DaskPool", "is_dask_client"]
+
+
+def is_dask_client(obj: Any) -> bool:
+    """True for a ``distributed.Client`` (without importing Dask otherwise)."""
+    return type(obj).__module__.startswith("distributed") and hasattr(obj, "scheduler_info")
+
+
+def _member_here() -> str:
+    """This worker's store member address ("" for a store not in a cluster)."""
+    from .pool import worker_client
+
+    status = worker_client().cluster_status()
+    if not status.get("enabled"):
+        return ""
+    for m in status["members"]:
+        if m["health"] == "this":
+            return m["address"]
+    return ""
+
+
+class DaskPool:
+    """Runs tasks on the workers of ``client`` (a ``distributed.Client``),
+    each connected to the store of its host.
+
+    >>> from distributed import Client                  # doctest: +SKIP
+    >>> fp.jobs.sort_records("in", "out", workers=Client("tcp://sched:8786"))  # doctest: +SKIP
+    """
+
+    # The driver must not hold the job's objects itself: getting them would
+    # pull every one of them to the driver's host.
+    holds_inputs = False
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        info = client.scheduler_info()
+        workers = info.get("workers", {})
+        if not workers:
+            raise JobError(f"the Dask cluster at {client.scheduler.address} has no workers")
+        self.workers = sum(w.get("nthreads", 1) for w in workers.values()) or 1
+        try:
+            members = client.run(_member_here)
+        except Exception as e:
+            raise JobError(
+                f"a Dask worker cannot reach its ferroplasma store ({e}): start a store on "
+                f"every worker's host and set FERROPLASMA_SOCKET for the workers"
+            ) from e
+        # store member address -> the Dask workers on that host
+        self.workers_of: dict[str, list[str]] = {}
+        for worker, member in members.items():
+            self.workers_of.setdefault(member, []).append(worker)
+        self.socket = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any, where: str | None = None) -> Any:
+        """Runs ``fn(*args)`` on a worker, preferably one on store member
+        ``where``."""
+        hint = self.workers_of.get(where) if where else None
+        return self.client.submit(
+            fn,
+            *args,
+            pure=False,
+            workers=hint,
+            allow_other_workers=hint is not None,
+            retries=2,
+        )
+
+    @staticmethod
+    def result(future: Any) -> Any:
+        return future.result()
+
+    def run_all(
+        self,
+        fn: Callable[..., Any],
+        args: Iterable[tuple],
+        discard: Callable[[Any], None] | None = None,
+        where: list[str] | None = None,
+    ) -> Iterator[tuple[int, Any]]:
+        """As :meth:`Pool.run_all`, with ``where[i]`` the store member
+        that should run task ``i``."""
+        from distributed import as_completed, wait
+
+        futures = {}
+        for i, a in enumerate(args):
+            futures[self.submit(fn, *a, where=where[i] if where else None)] = i
+        taken: set[Any] = set()
+        try:
+            for f in as_completed(futures):
+                taken.add(f)
+                yield futures[f], f.result()
+        finally:
+            left = [f for f in futures if f not in taken]
+            for f in left:
+                f.cancel()
+            with contextlib.suppress(Exception):
+                wait([f for f in left if not f.cancelled()])
+            for f in left:
+                if discard is not None and f.status == "finished":
+                    with contextlib.suppress(Exception):
+                        discard(f.result())
+
+    def close(self) -> None:
+        """Nothing: the Dask client belongs to the caller."""
+
+    def __repr__(self) -> str:
+        return f"<ferroplasma.jobs.DaskPool workers={self.workers} hosts={len(self.workers_of)}>"
