@@ -192,3 +192,44 @@ def test_a_host_killed_mid_job_loses_nothing_of_the_result(hosts, records, tmp_p
     else:  # runs of host 2's maps were lost after Dask had forgotten them
         assert summary.recomputed_maps >= 1
     eventually(lambda: hosts.objects_left([0, 1]) == [0, 0], what="stores emptied")
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["all-hosts", "host-killed-after-split"])
+def test_the_dataframe_sort_runs_on_dask_across_hosts(hosts, kill, monkeypatch):
+    """Partitions in the stores, sorted by Dask tasks placed where their
+    input is (each host taking its share); the buckets equal pandas' stable
+    sort. With host 2 killed between the split and the merge (the inputs
+    are on hosts 0 and 1; host 2 ran its share of the splits), the slices
+    lost with it are made again."""
+    import numpy as np
+    import pandas as pd
+
+    from ferroplasma.jobs import dataframe as D
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(
+        {"key": rng.integers(0, 1000, 60_000), "value": rng.standard_normal(60_000)}
+    )
+    chunks = [frame.iloc[i * 10_000 : (i + 1) * 10_000] for i in range(6)]
+    homes = 2 if kill else 3
+    parts = [hosts.clients[q % homes].put(c) for q, c in enumerate(chunks)]
+    if kill:
+        calls = []
+        real_place = D.place
+
+        def place_then_kill(weights, members):
+            calls.append(len(weights))
+            if len(calls) == 2:  # the merge's placement: every split is done
+                hosts.kill(2)
+                time.sleep(3)  # the peer timeout: the cluster declares it dead
+            return real_place(weights, members)
+
+        monkeypatch.setattr(D, "place", place_then_kill)
+    out = D.sort_dataframe(hosts.clients[0], parts, "key", workers=hosts.dask, buckets=6)
+    got = pd.concat(hosts.clients[0].get(out, timeout=30))
+    want = frame.sort_values("key", kind="stable")
+    pd.testing.assert_frame_equal(got, want)
+    del got  # views of the buckets: they hold them in the store
+    alive = [0, 1] if kill else [0, 1, 2]
+    hosts.clients[0].delete(out + parts)
+    eventually(lambda: hosts.objects_left(alive) == [0] * len(alive), what="stores emptied")

@@ -20,7 +20,60 @@ from typing import Any
 
 from ..errors import JobError
 
-__all__ = ["DaskPool", "is_dask_client"]
+__all__ = ["DaskPool", "is_dask_client", "member_of", "place", "unique_ids"]
+
+# How many ids a task may try for one output (see unique_ids).
+ATTEMPTS = 8
+
+
+def unique_ids(job: bytes, *key: int) -> list[Any]:
+    """The ids one output of a task may take: derived from the job and
+    the output's key (e.g. split and bucket), ``ATTEMPTS`` of them. A task
+    takes the first one free, so a task Dask runs twice makes its output
+    again under the same or the next id, and the driver can delete every
+    object any execution made without having heard of it."""
+    import hashlib
+
+    from .._ids import ObjectID
+
+    base = job + b"".join(k.to_bytes(8, "little") for k in key)
+    return [
+        ObjectID(hashlib.blake2b(base + bytes([a]), digest_size=20).digest())
+        for a in range(ATTEMPTS)
+    ]
+
+
+_MEMBER: dict[int, str] = {}
+
+
+def member_of(client: Any) -> str:
+    """The cluster address of the store ``client`` is connected to ("" for
+    a store not in a cluster), asked once per client."""
+    key = id(client)
+    if key not in _MEMBER:
+        status = client.cluster_status()
+        here = [m["address"] for m in status.get("members", []) if m["health"] == "this"]
+        _MEMBER[key] = here[0] if status.get("enabled") and here else ""
+    return _MEMBER[key]
+
+
+def place(weights: list[dict[str, int]], members: list[str]) -> list[str]:
+    """The store member to run each task on, given for each task the bytes
+    of its input on each member: where most of its input is (read locally;
+    the rest crosses the network once), but no member gets more than its
+    share of the tasks, so that every host works. Heaviest tasks choose
+    first."""
+    members = sorted(set(members) | {m for w in weights for m in w})
+    if not members:
+        return [""] * len(weights)
+    share = -(-len(weights) // len(members))  # ceil
+    load = dict.fromkeys(members, 0)
+    chosen = [""] * len(weights)
+    for t in sorted(range(len(weights)), key=lambda i: -sum(weights[i].values())):
+        best = max((m for m in members if load[m] < share), key=lambda m: weights[t].get(m, 0))
+        chosen[t] = best
+        load[best] += 1
+    return chosen
 
 
 def is_dask_client(obj: Any) -> bool:
@@ -32,13 +85,7 @@ def _member_here() -> str:
     """This worker's store member address ("" for a store not in a cluster)."""
     from .pool import worker_client
 
-    status = worker_client().cluster_status()
-    if not status.get("enabled"):
-        return ""
-    for m in status["members"]:
-        if m["health"] == "this":
-            return m["address"]
-    return ""
+    return member_of(worker_client())
 
 
 class DaskPool:

@@ -21,6 +21,7 @@ of equal keys: many duplicates still spread over all buckets.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,8 @@ import pandas as pd
 
 from .._ids import ObjectID
 from ..client import Client
-from ..errors import JobError
+from ..errors import JobError, ObjectExists, ObjectLost
+from .dask_pool import DaskPool, is_dask_client, member_of, place, unique_ids
 from .pool import Pool, worker_client
 
 __all__ = ["sort_dataframe"]
@@ -52,7 +54,9 @@ def sort_dataframe(
 ) -> list[ObjectID]:
     """Sorts the DataFrame made of the partitions ``parts`` (ids of
     DataFrames in the store, in order) by the column(s) ``by``, in
-    ``workers`` processes (a number, default: the cores, or a :class:`Pool`),
+    ``workers`` processes (a number, default: the cores, or a :class:`Pool`;
+    or a ``distributed.Client``: the tasks run on its Dask workers, each
+    using the store of its host, see docs/jobs.md),
     ascending unless ``ascending=False`` (or one flag per column).
 
     Returns the ids of ``buckets`` sorted DataFrames in the store (default:
@@ -79,6 +83,10 @@ def sort_dataframe(
     if n_buckets < 1:
         raise JobError(f"buckets must be at least 1, not {n_buckets}")
 
+    if is_dask_client(workers):
+        return _sort_on_dask(client, DaskPool(workers), ids, cols, asc, n_buckets)
+    if isinstance(workers, DaskPool):
+        return _sort_on_dask(client, workers, ids, cols, asc, n_buckets)
     own = not isinstance(workers, Pool)
     pool = Pool(client.socket, workers) if own else workers
     slices: list[list[ObjectID]] = []
@@ -94,9 +102,9 @@ def sort_dataframe(
         for q, res in pool.run_all(
             _split_task,
             [(q, oid, cols, asc, bounds, n_buckets) for q, oid in enumerate(ids)],
-            discard=client.delete,
+            discard=lambda r: client.delete(r[0]),
         ):
-            slices[q] = res
+            slices[q] = res[0]
         out = [None] * n_buckets
         merge_args = [([s[j] for s in slices], cols, asc) for j in range(n_buckets)]
         for j, res in pool.run_all(_merge_task, merge_args, discard=client.delete):
@@ -111,6 +119,83 @@ def sort_dataframe(
     finally:
         if own:
             pool.close()
+
+
+# Seconds a task waits for an object held on another host.
+_FETCH_TIMEOUT = 120.0
+# How many times the sort makes lost slices again before giving up.
+_RECOVERIES = 3
+# The key under which bucket j's output id is derived (slices use (q, j)).
+_OUT = 1 << 40
+
+
+def _sort_on_dask(
+    client: Client, pool: DaskPool, ids: list[ObjectID], cols, asc, n_buckets: int
+) -> list[ObjectID]:
+    """The same three phases with Dask scheduling the tasks across hosts:
+    each task runs where its input lies (the split of partition q where q
+    is; a bucket's merge where most of its slices are, each host taking its
+    share). Slices and outputs get ids derived from the job, so that a task
+    Dask runs twice remakes the same object, and everything any execution
+    made is deleted; slices lost with a host are made again."""
+    job = os.urandom(16)
+    held = client.list(cluster=True)
+    members = list(pool.workers_of)
+    at = place([{held[o]["members"][0]: 1} if o in held else {} for o in ids], members)
+    t = _FETCH_TIMEOUT
+    ok = False
+    try:
+        samples: list[Any] = [None] * len(ids)
+        for q, res in pool.run_all(
+            _sample_task,
+            [(q, oid, cols, n_buckets, t) for q, oid in enumerate(ids)],
+            where=at,
+        ):
+            samples[q] = res
+        bounds = _choose_boundaries(samples, cols, asc, n_buckets)
+        split: list[Any] = [None] * len(ids)
+        split_args = [(q, oid, cols, asc, bounds, n_buckets, t, job) for q, oid in enumerate(ids)]
+
+        def run_splits(which: list[int]) -> None:
+            for k, res in pool.run_all(
+                _split_task, [split_args[q] for q in which], where=[at[q] for q in which]
+            ):
+                split[which[k]] = res
+
+        run_splits(list(range(len(ids))))
+        out: list[Any] = [None] * n_buckets
+        pending = list(range(n_buckets))
+        for attempt in range(_RECOVERIES + 1):
+            weights = [{} for _ in pending]
+            for w, j in zip(weights, pending):
+                for _, member, rows in split:
+                    w[member] = w.get(member, 0) + rows[j]
+            args = [([s[0][j] for s in split], cols, asc, t, job, j) for j in pending]
+            try:
+                for k, res in pool.run_all(_merge_task, args, where=place(weights, members)):
+                    out[pending[k]] = res
+                    pending[k] = -1
+                break
+            except ObjectLost:
+                if attempt == _RECOVERIES:
+                    raise
+                pending = [j for j in pending if j >= 0]
+                lost = [
+                    q for q, s in enumerate(split) if not all(client.contains(s[0], cluster=True))
+                ]
+                if any(o not in held or not client.contains(o, cluster=True) for o in ids):
+                    raise  # an input partition itself is gone: nothing to redo it from
+                run_splits(lost)
+        ok = True
+        return out
+    finally:
+        # Every slice any execution made; on failure, the outputs too.
+        doomed = {
+            o for q in range(len(ids)) for j in range(n_buckets) for o in unique_ids(job, q, j)
+        }
+        if not ok:
+            doomed |= {o for j in range(n_buckets) for o in unique_ids(job, _OUT, j)}
+        client.delete(list(doomed))
 
 
 # ---------------------------------------------------------------- ordering
@@ -182,10 +267,10 @@ def _check_columns(frame: Any, cols: list[str], what: str) -> None:
         raise JobError(f"{what} has no column {missing[0]!r} (columns: {list(frame.columns)})")
 
 
-def _get(oid: ObjectID, what: str) -> Any:
+def _get(oid: ObjectID, what: str, timeout: float = 0) -> Any:
     from ..client import NotAvailable
 
-    obj = worker_client().get(oid, timeout=0)
+    obj = worker_client().get(oid, timeout=timeout)
     if obj is NotAvailable:
         raise JobError(f"{what} {oid} is not in the store")
     return obj
@@ -194,9 +279,9 @@ def _get(oid: ObjectID, what: str) -> Any:
 # ---------------------------------------------------------------- tasks
 
 
-def _sample_task(q: int, oid: ObjectID, cols: list[str], n_buckets: int):
+def _sample_task(q: int, oid: ObjectID, cols: list[str], n_buckets: int, timeout: float = 0):
     """Phase 1: (row count, sampled key rows with their position, weight)."""
-    frame = _get(oid, f"partition {q}")
+    frame = _get(oid, f"partition {q}", timeout)
     _check_columns(frame, cols, f"partition {q} ({oid})")
     n = len(frame)
     if n >= 1 << _ROW_BITS:
@@ -255,12 +340,28 @@ def _cut_points(
     return data_before[np.flatnonzero(merged >= n)]
 
 
-def _split_task(q: int, oid: ObjectID, cols, asc, bounds, n_buckets: int) -> list[ObjectID]:
+def _put_once(client: Client, obj: Any, job: bytes, *key: int) -> ObjectID:
+    """Puts ``obj`` under the first free id of ``unique_ids(job, *key)``
+    (a random id when there is no job)."""
+    if not job:
+        return client.put(obj)
+    for oid in unique_ids(job, *key):
+        try:
+            return client.put(obj, object_id=oid)
+        except ObjectExists:
+            continue  # an earlier execution of this task made it
+    raise JobError(f"output {key} of the job was made {len(unique_ids(job, *key))} times")
+
+
+def _split_task(
+    q: int, oid: ObjectID, cols, asc, bounds, n_buckets: int, timeout: float = 0, job: bytes = b""
+) -> tuple[list[ObjectID], str, list[int]]:
     """Phase 2: sort partition q, cut it at the boundaries, put each slice
     (``n_buckets`` of them; no boundaries when there is one bucket or no
-    rows anywhere)."""
+    rows anywhere). Returns the slices' ids, the store member they are on
+    and their row counts."""
     client = worker_client()
-    frame = _get(oid, f"partition {q}")
+    frame = _get(oid, f"partition {q}", timeout)
     keys = _fast_keys(frame, cols, asc)
     if keys is not None:
         order, sk = _stable_argsort(keys)
@@ -275,23 +376,28 @@ def _split_task(q: int, oid: ObjectID, cols, asc, bounds, n_buckets: int) -> lis
     del frame
     out = []
     try:
-        for a, b in zip(edges, edges[1:]):
-            out.append(client.put(ordered.iloc[a:b]))
+        for j, (a, b) in enumerate(zip(edges, edges[1:])):
+            out.append(_put_once(client, ordered.iloc[a:b], job, q, j))
     except BaseException:
         client.delete(out)
         raise
-    return out
+    return out, member_of(client), [b - a for a, b in zip(edges, edges[1:])]
 
 
-def _merge_task(slice_ids: list[ObjectID], cols, asc) -> ObjectID:
-    """Phase 3: merge one bucket's slices (each sorted, in partition order)."""
+def _merge_task(
+    slice_ids: list[ObjectID], cols, asc, timeout: float = 0, job: bytes = b"", j: int = 0
+) -> ObjectID:
+    """Phase 3: merge one bucket's slices (each sorted, in partition order).
+    On one host the slices are deleted here; across hosts the driver
+    deletes them at the end (Dask may run a merge again)."""
     client = worker_client()
-    pieces = [_get(oid, "slice") for oid in slice_ids]
+    pieces = [_get(oid, "slice", timeout) for oid in slice_ids]
     whole = pd.concat(pieces) if len(pieces) > 1 else pieces[0]
     keys = _fast_keys(whole, cols, asc)
     # The slices are sorted runs: numpy's stable sort (timsort) merges them.
     order = np.argsort(keys, kind="stable") if keys is not None else _pandas_order(whole, cols, asc)
-    result = client.put(whole.take(order))
+    result = _put_once(client, whole.take(order), job, _OUT, j)
     del pieces, whole
-    client.delete(slice_ids)
+    if not job:
+        client.delete(slice_ids)
     return result

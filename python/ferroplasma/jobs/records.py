@@ -35,7 +35,7 @@ import numpy as np
 from .._ids import ObjectID
 from ..client import Client
 from ..errors import JobError, ObjectExists, ObjectLost, StoreFull
-from .dask_pool import DaskPool, is_dask_client
+from .dask_pool import DaskPool, is_dask_client, member_of, place, unique_ids
 from .pool import Pool, default_socket, job_store, worker_client
 from .record_format import (
     DEFAULT_SPLIT,
@@ -130,27 +130,9 @@ def _sample_boundaries(files: list[str], partitions: int, seed: int = 0) -> np.n
     return ks[np.minimum(at, len(ks) - 1)]
 
 
-# Ids a map task may give its object: _ATTEMPTS per split, derived from the
-# job and the split, so that the driver can delete every object any
-# execution of a task made, even one whose result nobody saw (Dask may run
-# a task twice: a worker lost after it ran, or stolen work).
-_ATTEMPTS = 8
-
-
-def _run_ids(job: bytes, split: int) -> list[ObjectID]:
-    import hashlib
-
-    return [
-        ObjectID(
-            hashlib.blake2b(job + split.to_bytes(8, "little") + bytes([k]), digest_size=20).digest()
-        )
-        for k in range(_ATTEMPTS)
-    ]
-
-
 def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0):
     """Reads, checks and sorts a split; places its P runs in the store (one
-    object, under the first free id of ``_run_ids(job, split)``) or a spill
+    object, under the first free id of ``unique_ids(job, split)``) or a spill
     file. Returns (where, ref, run offsets in bytes, store member)."""
     data = np.fromfile(path, dtype=np.uint8, count=length, offset=offset)
     if len(data) != length:
@@ -166,7 +148,7 @@ def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0
     st = client.stats()
     if length and st["capacity"] - st["used"] >= length + reserve:
         buf = None
-        for oid in _run_ids(job, split) if job else [ObjectID.random()]:
+        for oid in unique_ids(job, split) if job else [ObjectID.random()]:
             try:
                 buf = client.create(oid, length)
                 break
@@ -184,25 +166,11 @@ def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0
                 client.abort(oid)
                 raise
             client.release(oid)
-            return "store", oid.binary(), edges.tolist(), _member(client)
+            return "store", oid.binary(), edges.tolist(), member_of(client)
     fd, spill = tempfile.mkstemp(dir=spill_dir, suffix=".run")
     with os.fdopen(fd, "wb") as f:
         rows[order].tofile(f)
     return "file", spill, edges.tolist(), ""
-
-
-_MEMBER: dict[int, str] = {}
-
-
-def _member(client: Client) -> str:
-    """The cluster address of the store ``client`` is connected to ("" for
-    a store not in a cluster), asked once per client."""
-    key = id(client)
-    if key not in _MEMBER:
-        status = client.cluster_status()
-        here = [m["address"] for m in status.get("members", []) if m["health"] == "this"]
-        _MEMBER[key] = here[0] if status.get("enabled") and here else ""
-    return _MEMBER[key]
 
 
 def _reduce_task(p: int, sources: list, out_path: str) -> tuple[int, str]:
@@ -234,7 +202,7 @@ def _reduce_task(p: int, sources: list, out_path: str) -> tuple[int, str]:
             # Each run is sorted: the stable sort (timsort) merges the runs.
             order = np.argsort(keys_of(whole), kind="stable")
             whole.view(f"V{RECORD_SIZE}").ravel()[order].tofile(f)
-    return nbytes, _member(client)
+    return nbytes, member_of(client)
 
 
 @contextlib.contextmanager
@@ -358,29 +326,16 @@ _RECOVERIES = 3
 
 
 def _place(results: list, partitions: list[int], members: list[str]) -> list[str]:
-    """The store member to run each partition's reduce on: where most of
-    its input bytes are (they are then read locally; the rest crosses the
-    network once), but no member gets more than its share of the
-    partitions, so that every host works. Largest partitions choose first."""
-    weight: dict[int, dict[str, int]] = {p: {} for p in partitions}
-    for kind, _, e, member in results:
-        if kind == "store":
-            for p in partitions:
-                weight[p][member] = weight[p].get(member, 0) + e[p + 1] - e[p]
-    members = sorted(set(members) | {m for w in weight.values() for m in w})
-    if not members:
-        return [""] * len(partitions)
-    share = -(-len(partitions) // len(members))  # ceil
-    load = dict.fromkeys(members, 0)
-    chosen: dict[int, str] = {}
-    for p in sorted(partitions, key=lambda q: -sum(weight[q].values())):
-        best = max(
-            (m for m in members if load[m] < share),
-            key=lambda m: weight[p].get(m, 0),
-        )
-        chosen[p] = best
-        load[best] += 1
-    return [chosen[p] for p in partitions]
+    """Where each partition's reduce runs: :func:`place` over the bytes of
+    its runs on each store member."""
+    weights: list[dict[str, int]] = []
+    for p in partitions:
+        w: dict[str, int] = {}
+        for kind, _, e, member in results:
+            if kind == "store":
+                w[member] = w.get(member, 0) + e[p + 1] - e[p]
+        weights.append(w)
+    return place(weights, members)
 
 
 def _lost_maps(client: Client, results: list) -> list[int]:
@@ -407,7 +362,7 @@ def _run_sort(
     reserve = max((n for _, _, n in splits), default=0) * (pool.workers - 1)
     held: dict[int, Any] = {}  # map index -> buffer (keeps its object in the store)
     superseded: list[bytes] = []  # map objects made again after their host died
-    job = os.urandom(16)  # names the ids map tasks may use (_run_ids)
+    job = os.urandom(16)  # names the ids map tasks may use (unique_ids)
     temps: list[str] = []  # reduce outputs not renamed yet
     results: list[Any] = [None] * len(splits)
     store_bytes = spilled = 0
@@ -494,7 +449,7 @@ def _run_sort(
         if not pool.holds_inputs:
             # Across hosts: also whatever an execution of a map task made
             # that the driver never heard of.
-            ids |= {oid for i in range(len(splits)) for oid in _run_ids(job, i)}
+            ids |= {oid for i in range(len(splits)) for oid in unique_ids(job, i)}
         ids = list(ids)
         held.clear()
         if ids:
