@@ -55,7 +55,7 @@ class Hosts:
                 ),
                 what="every member sees every other",
             )
-        address = f"tcp://127.0.0.1:{free_port()}"
+        address = self.address = f"tcp://127.0.0.1:{free_port()}"
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
         self.scheduler = subprocess.Popen(
             [
@@ -233,3 +233,54 @@ def test_the_dataframe_sort_runs_on_dask_across_hosts(hosts, kill, monkeypatch):
     alive = [0, 1] if kill else [0, 1, 2]
     hosts.clients[0].delete(out + parts)
     eventually(lambda: hosts.objects_left(alive) == [0] * len(alive), what="stores emptied")
+
+
+def test_the_commands_take_a_scheduler(hosts, records, tmp_path):
+    cli = [sys.executable, "-m", "ferroplasma"]
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            *cli,
+            "records",
+            "sort",
+            "--input",
+            records,
+            "--output",
+            str(out),
+            "--partitions",
+            "6",
+            "--split-size",
+            "4MB",
+            "--scheduler",
+            hosts.address,
+            "--socket",
+            hosts.stores[0].socket,
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert R.validate_records(records, str(out), workers=1).ok
+    nobody = f"tcp://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [
+            *cli,
+            "records",
+            "sort",
+            "--input",
+            records,
+            "--output",
+            str(tmp_path / "o2"),
+            "--scheduler",
+            nobody,
+            "--socket",
+            hosts.stores[0].socket,
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "no Dask scheduler answers" in done.stderr, done.stderr

@@ -93,7 +93,7 @@ def _dask_client(address: str):
     import distributed
 
     try:
-        return distributed.Client(address, timeout=30)
+        return distributed.Client(address, timeout=10)
     except OSError as e:
         raise JobError(f"no Dask scheduler answers at {address}: {e}") from e
 
@@ -229,6 +229,12 @@ def dataframe_main(argv: list[str]) -> int:
     s.add_argument("--partitions", type=int, help="with --input: partitions (default: workers)")
     s.add_argument("--buckets", type=int, help="sorted buckets (default: as many as partitions)")
     s.add_argument("--output", help="write the sorted table here (Parquet)")
+    s.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the tasks on this Dask cluster (e.g. tcp://host:8786): every worker's host "
+        "runs a store of one cluster (docs/jobs.md; needs pip install '.[dask]')",
+    )
     _common(s, store=True)
     args = p.parse_args(argv)
     try:
@@ -274,8 +280,9 @@ def _dataframe_sort(args: argparse.Namespace) -> int:
         else:
             parts = [ObjectID.from_hex(x.strip()) for x in args.objects.split(",") if x.strip()]
         t = time.perf_counter()
+        workers = _dask_client(args.scheduler) if args.scheduler else args.workers
         out = sort_dataframe(
-            client, parts, by, args.workers, args.buckets, ascending=[c not in desc for c in by]
+            client, parts, by, workers, args.buckets, ascending=[c not in desc for c in by]
         )
         dt = time.perf_counter() - t
         if args.input:
