@@ -36,5 +36,5 @@ pub use object::{ClientId, Location, ObjectInfo, ObjectState};
 pub use policy::EvictionPolicy;
 pub use readers::Readers;
 pub use spill::SpillRef;
-pub use stats::Stats;
+pub use stats::{Stats, Usage};
 pub use store::{DeleteOutcome, SpillVictim, Store};

@@ -42,3 +42,14 @@ pub struct Stats {
     /// Objects some client waits to see sealed.
     pub awaited_objects: u64,
 }
+
+/// The figures a cluster member sends in every heartbeat ([`crate::Store::usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Usable bytes.
+    pub capacity: u64,
+    /// Bytes held by allocations.
+    pub used: u64,
+    /// Objects in the table, sealed or not.
+    pub objects: u64,
+}

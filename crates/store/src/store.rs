@@ -11,7 +11,7 @@ use crate::lru::Lru;
 use crate::object::{ClientId, Entry, Location, ObjectInfo, ObjectState};
 use crate::policy::EvictionPolicy;
 use crate::spill::{SpillRef, SpillTable, Spilled};
-use crate::stats::Stats;
+use crate::stats::{Stats, Usage};
 use ferroplasma_protocol::layout::allocation_size;
 use ferroplasma_protocol::IdHasher;
 use ferroplasma_protocol::ObjectId;
@@ -785,6 +785,17 @@ impl Store {
                 spilled: true,
             }))
             .collect()
+    }
+
+    /// Capacity, bytes used and objects: what a cluster member tells its
+    /// peers in every heartbeat. O(1), unlike [`Store::stats`], whose count
+    /// of referenced objects asks the readers about every published object.
+    pub fn usage(&self) -> Usage {
+        Usage {
+            capacity: self.capacity,
+            used: self.alloc.used(),
+            objects: self.objects.len() as u64,
+        }
     }
 
     /// Counters and memory figures.

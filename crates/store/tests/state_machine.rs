@@ -611,3 +611,42 @@ fn holds_taken_without_asking_become_references_before_anything_is_freed() {
     s.release(r, id(2)).unwrap();
     assert_eq!(s.delete(id(2)).0, DeleteOutcome::Deleted);
 }
+
+#[derive(Debug, Default)]
+struct CountingReaders {
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl Readers for CountingReaders {
+    fn readable(&self, _id: ObjectId, _loc: Location) {}
+    fn unreadable(&self, _id: ObjectId) -> Vec<(ClientId, u32)> {
+        Vec::new()
+    }
+    fn held(&self) -> Vec<(ObjectId, u64)> {
+        self.asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Vec::new()
+    }
+}
+
+/// What a cluster member sends in every heartbeat costs nothing per object:
+/// `usage` gives stats' capacity, used and objects without asking the
+/// readers (whose answer is a pass over every published object).
+#[test]
+fn usage_matches_stats_without_asking_the_readers() {
+    let readers = std::sync::Arc::new(CountingReaders::default());
+    let mut s = Store::new(1 << 20);
+    s.set_readers(readers.clone());
+    let c = s.connect();
+    for n in 0..10 {
+        sealed(&mut s, c, n, 1000);
+    }
+    let u = s.usage();
+    assert_eq!(readers.asked.load(std::sync::atomic::Ordering::Relaxed), 0);
+    let st = s.stats();
+    assert_eq!(
+        (u.capacity, u.used, u.objects),
+        (st.capacity, st.used, st.objects)
+    );
+    assert_eq!(u.objects, 10);
+}

@@ -312,9 +312,11 @@ impl Cluster {
         &self.me
     }
 
-    /// What this member says about itself in heartbeats.
+    /// What this member says about itself in heartbeats (O(1): a full
+    /// `stats()` asks the shared table about every object, and ran every
+    /// heartbeat under the store's lock).
     fn my_info(&self) -> MemberInfo {
-        let s = self.shared.lock().store.stats();
+        let s = self.shared.lock().store.usage();
         MemberInfo {
             addr: self.me.clone(),
             data_addr: self.data_addr.clone(),
