@@ -130,10 +130,49 @@ def _sample_boundaries(files: list[str], partitions: int, seed: int = 0) -> np.n
     return ks[np.minimum(at, len(ks) - 1)]
 
 
-def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0):
+def _create_once(client: Client, job: bytes, size: int, *key: int) -> tuple[ObjectID, Any]:
+    """Creates an object under the first free id of ``unique_ids(job, *key)``."""
+    for oid in unique_ids(job, *key):
+        try:
+            return oid, client.create(oid, size)
+        except ObjectExists:
+            continue  # an earlier execution of this task made it
+    raise JobError(f"output {key} of the job was made {len(unique_ids(job, *key))} times")
+
+
+def _put_runs(client: Client, rows, order, edges, job: bytes, split: int) -> list:
+    """Each of the P runs as an object of its own (for reducers on other
+    hosts, which then pull only their partition's bytes); None for an empty
+    run. Raises StoreFull with nothing left behind when they do not fit."""
+    refs: list[Any] = []
+    try:
+        for p in range(len(edges) - 1):
+            a, b = edges[p] // RECORD_SIZE, edges[p + 1] // RECORD_SIZE
+            if a == b:
+                refs.append(None)
+                continue
+            oid, buf = _create_once(client, job, (b - a) * RECORD_SIZE, split, p)
+            try:
+                out = np.frombuffer(buf, dtype=f"V{RECORD_SIZE}")
+                np.take(rows, order[a:b], out=out)
+                del out
+                client.seal(oid)
+            except BaseException:
+                client.abort(oid)
+                raise
+            client.release(oid)
+            refs.append(oid.binary())
+    except BaseException:
+        client.delete([ObjectID(r) for r in refs if r is not None])
+        raise
+    return refs
+
+
+def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0, per_run=False):
     """Reads, checks and sorts a split; places its P runs in the store (one
-    object, under the first free id of ``unique_ids(job, split)``) or a spill
-    file. Returns (where, ref, run offsets in bytes, store member)."""
+    object under the first free id of ``unique_ids(job, split)``, or with
+    ``per_run`` one object per run) or a spill file. Returns (where, ref or
+    refs, run offsets in bytes, store member)."""
     data = np.fromfile(path, dtype=np.uint8, count=length, offset=offset)
     if len(data) != length:
         raise JobError(f"{path} changed size while being sorted")
@@ -146,7 +185,13 @@ def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0
     rows = rec.view(f"V{RECORD_SIZE}").ravel()
     client = worker_client()
     st = client.stats()
-    if length and st["capacity"] - st["used"] >= length + reserve:
+    if per_run and length and st["capacity"] - st["used"] >= length + reserve:
+        try:
+            refs = _put_runs(client, rows, order, edges.tolist(), job, split)
+            return "runs", refs, edges.tolist(), member_of(client)
+        except StoreFull:
+            pass  # to a spill file, below
+    elif length and st["capacity"] - st["used"] >= length + reserve:
         buf = None
         for oid in unique_ids(job, split) if job else [ObjectID.random()]:
             try:
@@ -228,7 +273,9 @@ def _discard_run(client: Client, result: tuple) -> None:
     """Deletes what a map task placed that the job did not take (it failed);
     spill files go with the spill directory."""
     where, ref = result[0], result[1]
-    if where == "store":
+    if where == "runs":
+        client.delete([ObjectID(r) for r in ref if r is not None])
+    elif where == "store":
         client.delete(ObjectID(ref))
 
 
@@ -332,17 +379,29 @@ def _place(results: list, partitions: list[int], members: list[str]) -> list[str
     for p in partitions:
         w: dict[str, int] = {}
         for kind, _, e, member in results:
-            if kind == "store":
+            if kind in ("store", "runs"):
                 w[member] = w.get(member, 0) + e[p + 1] - e[p]
         weights.append(w)
     return place(weights, members)
 
 
+def _refs(result: tuple) -> list[bytes]:
+    """The object ids (raw) a map task's result names."""
+    if result[0] == "store":
+        return [result[1]]
+    if result[0] == "runs":
+        return [r for r in result[1] if r is not None]
+    return []
+
+
 def _lost_maps(client: Client, results: list) -> list[int]:
-    """The map tasks whose objects are no longer in any live store."""
-    which = [i for i, r in enumerate(results) if r[0] == "store"]
-    there = client.contains([ObjectID(results[i][1]) for i in which], cluster=True)
-    return [i for i, ok in zip(which, there) if not ok]
+    """The map tasks some of whose objects are no longer in any live store."""
+    lost = []
+    for i, r in enumerate(results):
+        refs = _refs(r)
+        if refs and not all(client.contains([ObjectID(x) for x in refs], cluster=True)):
+            lost.append(i)
+    return lost
 
 
 def _run_sort(
@@ -362,6 +421,7 @@ def _run_sort(
     reserve = max((n for _, _, n in splits), default=0) * (pool.workers - 1)
     held: dict[int, Any] = {}  # map index -> buffer (keeps its object in the store)
     superseded: list[bytes] = []  # map objects made again after their host died
+    redone: list[int] = []  # the maps made again
     job = os.urandom(16)  # names the ids map tasks may use (unique_ids)
     temps: list[str] = []  # reduce outputs not renamed yet
     results: list[Any] = [None] * len(splits)
@@ -369,8 +429,10 @@ def _run_sort(
     t0 = time.perf_counter()
     bar = progress_bar(progress, "map", total)
     try:
+        per_run = not pool.holds_inputs  # across hosts: reducers pull only their runs
         map_args = [
-            (p, off, n, bounds, spill, reserve, job, i) for i, (p, off, n) in enumerate(splits)
+            (p, off, n, bounds, spill, reserve, job, i, per_run)
+            for i, (p, off, n) in enumerate(splits)
         ]
 
         def run_maps(which: list[int]) -> None:
@@ -381,8 +443,9 @@ def _run_sort(
                 discard=lambda r: _discard_run(client, r),
             ):
                 i = which[k]
-                if results[i] is not None and results[i][0] == "store":
-                    superseded.append(results[i][1])  # lost with its host
+                if results[i] is not None:
+                    superseded.extend(_refs(results[i]))  # lost with its host
+                    redone.append(i)
                 results[i] = res
                 if res[0] == "store":
                     if pool.holds_inputs:
@@ -392,6 +455,8 @@ def _run_sort(
                                 f"split {i}: its runs left the store before the job held them"
                             )
                         held[i] = buf
+                    store_bytes += splits[i][2]
+                elif res[0] == "runs":
                     store_bytes += splits[i][2]
                 else:
                     spilled += splits[i][2]
@@ -411,7 +476,12 @@ def _run_sort(
         for attempt in range(_RECOVERIES + 1):
             tasks = []
             for p in pending:
-                sources = [(w, ref, e[p], e[p + 1]) for w, ref, e, _ in results]
+                sources = []
+                for w, ref, e, _ in results:
+                    if w != "runs":
+                        sources.append((w, ref, e[p], e[p + 1]))
+                    elif ref[p] is not None:
+                        sources.append(("store", ref[p], 0, e[p + 1] - e[p]))
                 tasks.append((p, sources, temps[p]))
             where = _place(results, pending, list(getattr(pool, "workers_of", {})))
             try:
@@ -444,12 +514,17 @@ def _run_sort(
         for temp in temps:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(temp)
-        ids = {ObjectID(r[1]) for r in results if r is not None and r[0] == "store"}
+        ids = {ObjectID(x) for r in results if r is not None for x in _refs(r)}
         ids |= {ObjectID(r) for r in superseded}
         if not pool.holds_inputs:
             # Across hosts: also whatever an execution of a map task made
             # that the driver never heard of.
-            ids |= {oid for i in range(len(splits)) for oid in unique_ids(job, i)}
+            ids |= {
+                oid
+                for i in range(len(splits))
+                for p in range(partitions)
+                for oid in unique_ids(job, i, p)
+            }
         ids = list(ids)
         held.clear()
         if ids:
@@ -467,5 +542,5 @@ def _run_sort(
         workers=pool.workers,
         private_store=False,
         hosts=hosts,
-        recomputed_maps=len(superseded),
+        recomputed_maps=len(redone),
     )
