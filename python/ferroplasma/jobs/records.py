@@ -131,13 +131,29 @@ def _sample_boundaries(files: list[str], partitions: int, seed: int = 0) -> np.n
 
 
 def _create_once(client: Client, job: bytes, size: int, *key: int) -> tuple[ObjectID, Any]:
-    """Creates an object under the first free id of ``unique_ids(job, *key)``."""
-    for oid in unique_ids(job, *key):
+    """Creates an object under the first free id of ``unique_ids(job, *key)``
+    (a random id without a job)."""
+    for oid in unique_ids(job, *key) if job else [ObjectID.random()]:
         try:
             return oid, client.create(oid, size)
         except ObjectExists:
             continue  # an earlier execution of this task made it
     raise JobError(f"output {key} of the job was made {len(unique_ids(job, *key))} times")
+
+
+def _write_sorted(client: Client, oid: ObjectID, buf: Any, rows, order) -> bytes:
+    """Writes ``rows[order]`` into the object being created, seals it and
+    gives the creator's reference back (aborts it on failure)."""
+    try:
+        out = np.frombuffer(buf, dtype=f"V{RECORD_SIZE}")
+        np.take(rows, order, out=out)
+        del out
+        client.seal(oid)
+    except BaseException:
+        client.abort(oid)
+        raise
+    client.release(oid)
+    return oid.binary()
 
 
 def _put_runs(client: Client, rows, order, edges, job: bytes, split: int) -> list:
@@ -152,16 +168,7 @@ def _put_runs(client: Client, rows, order, edges, job: bytes, split: int) -> lis
                 refs.append(None)
                 continue
             oid, buf = _create_once(client, job, (b - a) * RECORD_SIZE, split, p)
-            try:
-                out = np.frombuffer(buf, dtype=f"V{RECORD_SIZE}")
-                np.take(rows, order[a:b], out=out)
-                del out
-                client.seal(oid)
-            except BaseException:
-                client.abort(oid)
-                raise
-            client.release(oid)
-            refs.append(oid.binary())
+            refs.append(_write_sorted(client, oid, buf, rows, order[a:b]))
     except BaseException:
         client.delete([ObjectID(r) for r in refs if r is not None])
         raise
@@ -192,26 +199,13 @@ def _map_task(path, offset, length, bounds, spill_dir, reserve, job=b"", split=0
         except StoreFull:
             pass  # to a spill file, below
     elif length and st["capacity"] - st["used"] >= length + reserve:
-        buf = None
-        for oid in unique_ids(job, split) if job else [ObjectID.random()]:
-            try:
-                buf = client.create(oid, length)
-                break
-            except ObjectExists:
-                continue  # an earlier execution of this task made it
-            except StoreFull:
-                break
-        if buf is not None:
-            try:
-                out = np.frombuffer(buf, dtype=f"V{RECORD_SIZE}")
-                np.take(rows, order, out=out)
-                del out
-                client.seal(oid)
-            except BaseException:
-                client.abort(oid)
-                raise
-            client.release(oid)
-            return "store", oid.binary(), edges.tolist(), member_of(client)
+        try:
+            oid, buf = _create_once(client, job, length, split)
+        except StoreFull:
+            pass  # to a spill file, below
+        else:
+            ref = _write_sorted(client, oid, buf, rows, order)
+            return "store", ref, edges.tolist(), member_of(client)
     fd, spill = tempfile.mkstemp(dir=spill_dir, suffix=".run")
     with os.fdopen(fd, "wb") as f:
         rows[order].tofile(f)
