@@ -33,6 +33,10 @@ impl FastView {
             .len((slots + 1) * SLOT_BYTES)
             .map_raw_read_only(&File::from(table))
             .map_err(|e| bad(format!("cannot map it: {e}")))?;
+        // 2 MiB pages where the kernel gives them to shared memory (the
+        // store asks for them on its side): a client then maps the whole
+        // table in a few faults instead of one per 64 KiB it touches.
+        let _ = table.advise(memmap2::Advice::HugePage);
         let holds = MmapOptions::new()
             .len(table::holds_region_len(slots))
             .map_raw(&File::from(holds))
