@@ -5,6 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// Held while a store starts in this process and while a compiler runs:
+/// the store sets the process's umask to 0177 for the instant it binds its
+/// socket, and a compiler forked in that instant would write a program
+/// nobody may execute ("Permission denied", seen in CI).
+static UMASK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A store running on a thread of this process until the process exits.
 pub struct Store {
     pub socket: PathBuf,
@@ -12,6 +18,7 @@ pub struct Store {
 
 impl Store {
     pub fn start(tag: &str, memory: u64) -> Self {
+        let _umask = UMASK.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("fp-capi-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("store.sock");
@@ -78,9 +85,11 @@ pub fn build(compiler: &str, name: &str, sources: &[&Path], extra: &[&str]) -> P
         .arg(format!("-L{}", lib.display()))
         .arg("-lferroplasma")
         .arg(format!("-Wl,-rpath,{}", lib.display()));
-    let o = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {compiler}: {e}"));
+    let o = {
+        let _umask = UMASK.lock().unwrap_or_else(|e| e.into_inner());
+        cmd.output()
+            .unwrap_or_else(|e| panic!("running {compiler}: {e}"))
+    };
     assert!(
         o.status.success(),
         "{compiler} failed:\n{}",
