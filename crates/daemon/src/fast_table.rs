@@ -17,7 +17,7 @@ use memmap2::MmapRaw;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The published objects and every client's holds.
 #[derive(Debug)]
@@ -38,7 +38,7 @@ struct State {
     taken: Vec<Option<ObjectId>>,
     /// Each connected client's holds region, and how far the store has
     /// read its ring of releases.
-    holds: HashMap<ClientId, (MmapRaw, u64)>,
+    holds: HashMap<ClientId, (Arc<MmapRaw>, u64)>,
 }
 
 impl FastTable {
@@ -132,7 +132,7 @@ impl FastTable {
     pub fn add_client(&self, client: ClientId) -> Result<OwnedFd, DaemonError> {
         let region = Arena::create(table::holds_region_len(self.slots) as u64, None, false)?;
         let (file, map) = region.into_parts();
-        self.lock().holds.insert(client, (map, 0));
+        self.lock().holds.insert(client, (Arc::new(map), 0));
         Ok(OwnedFd::from(file))
     }
 
@@ -145,6 +145,52 @@ impl FastTable {
     /// Objects published now.
     pub fn published(&self) -> usize {
         self.lock().index.len()
+    }
+
+    /// The clients' holds regions as they are now, to be scanned without
+    /// the table's lock (and off the store's thread): `stats`.
+    pub fn hold_scan(&self) -> HoldScan {
+        HoldScan {
+            regions: self.lock().holds.values().map(|(r, _)| r.clone()).collect(),
+            slots: self.slots,
+        }
+    }
+
+    /// The objects published in `slots` now (slots empty now are skipped).
+    pub fn objects_in(&self, slots: &[usize]) -> Vec<ObjectId> {
+        let st = self.lock();
+        slots
+            .iter()
+            .filter_map(|&i| st.taken.get(i).copied().flatten())
+            .collect()
+    }
+}
+
+/// The holds regions of the clients connected when it was taken (a region
+/// stays mapped while a scan has it, even if its client has gone).
+#[derive(Debug)]
+pub struct HoldScan {
+    regions: Vec<Arc<MmapRaw>>,
+    slots: usize,
+}
+
+impl HoldScan {
+    /// The slots at least one client holds: one pass over each region,
+    /// O(clients × slots), without any lock. A moment's view: holds taken
+    /// or released meanwhile may or may not be seen.
+    pub fn held_slots(&self) -> Vec<usize> {
+        let mut held = vec![false; self.slots];
+        for region in &self.regions {
+            for (i, h) in FastTable::holds_of(region, self.slots).iter().enumerate() {
+                if table::held(h) > 0 {
+                    held[i] = true;
+                }
+            }
+        }
+        held.iter()
+            .enumerate()
+            .filter_map(|(i, &h)| h.then_some(i))
+            .collect()
     }
 }
 

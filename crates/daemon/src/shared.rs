@@ -33,6 +33,9 @@ pub struct Shared {
     pub spills_finished: u64,
     /// Creates parked on all connections, waiting for space.
     pub waiting_creates: usize,
+    /// Parked creates tried again since start (each when room may have
+    /// come, or at its deadline).
+    pub create_retries: u64,
     /// Spilled objects to bring back once the spills under way are done
     /// (there was no room for them before).
     restores_waiting: Vec<ObjectId>,
@@ -86,6 +89,7 @@ impl SharedRef {
             spills_finished: 0,
             waiting_creates: 0,
             restores_waiting: Vec::new(),
+            create_retries: 0,
             space: Arc::new(Notify::new()),
             cluster_client: None,
             agent_outbox: None,

@@ -51,6 +51,9 @@ pub struct Store {
     /// counted as they change, so that `stats` costs O(1).
     sealed_count: u64,
     referenced_count: u64,
+    /// Times memory was freed or an object became evictable: room may have
+    /// come for a create that found none (see [`Store::room_made`]).
+    room_made: u64,
     /// Spilled objects, when a spill directory is configured.
     spill: Option<SpillTable>,
     /// Readers that take references without asking (the shared table).
@@ -86,6 +89,7 @@ impl Store {
             evicted_bytes: 0,
             sealed_count: 0,
             referenced_count: 0,
+            room_made: 0,
             spill: None,
             readers: None,
         }
@@ -499,6 +503,7 @@ impl Store {
             let e = self.objects.remove(&v.id).expect("present");
             self.sealed_count -= 1;
             self.alloc.free_range(e.location.offset, e.alloc_size);
+            self.room_made += 1;
             batch.push((
                 v.id,
                 Spilled {
@@ -788,8 +793,7 @@ impl Store {
     }
 
     /// Capacity, bytes used and objects: what a cluster member tells its
-    /// peers in every heartbeat. O(1), unlike [`Store::stats`], whose count
-    /// of referenced objects asks the readers about every published object.
+    /// peers in every heartbeat. O(1), as [`Store::stats`] is.
     pub fn usage(&self) -> Usage {
         Usage {
             capacity: self.capacity,
@@ -798,21 +802,18 @@ impl Store {
         }
     }
 
-    /// Counters and memory figures.
+    /// Counters and memory figures, each kept as objects change: O(1).
+    /// `referenced_objects` counts the references this store knows of; the
+    /// objects held only through the readers' table are not in it (the
+    /// daemon scans the clients' holds off its thread and adds them with
+    /// [`Store::unreferenced_among`]).
     pub fn stats(&self) -> Stats {
-        // Objects held through the readers' table only count too.
-        let held_only = self.readers.as_ref().map_or(0, |r| {
-            r.held()
-                .iter()
-                .filter(|(id, _)| self.objects.get(id).is_some_and(|e| e.ref_count == 0))
-                .count() as u64
-        });
         Stats {
             capacity: self.capacity,
             used: self.alloc.used(),
             objects: self.objects.len() as u64,
             sealed_objects: self.sealed_count,
-            referenced_objects: self.referenced_count + held_only,
+            referenced_objects: self.referenced_count,
             clients: self.clients.len() as u64,
             evictions: self.evictions,
             evicted_bytes: self.evicted_bytes,
@@ -828,6 +829,22 @@ impl Store {
             restores: self.spill.as_ref().map_or(0, |t| t.restored_total),
             awaited_objects: self.waiters.len() as u64,
         }
+    }
+
+    /// A count that grows whenever memory is freed or an object becomes
+    /// evictable: a create refused for space can only succeed after it
+    /// changed, so a caller that parked creates tries them again only then.
+    pub fn room_made(&self) -> u64 {
+        self.room_made
+    }
+
+    /// How many of `ids` are objects here that nobody holds a reference
+    /// to (objects held through the readers' table only, when `ids` are
+    /// the objects held there): O(ids).
+    pub fn unreferenced_among(&self, ids: &[ObjectId]) -> u64 {
+        ids.iter()
+            .filter(|id| self.objects.get(id).is_some_and(|e| e.ref_count == 0))
+            .count() as u64
     }
 
     // ------------------------------------------------------------ internals
@@ -971,6 +988,7 @@ impl Store {
         } else if !e.evictable {
             e.evictable = true;
             self.policy.add(id, e.alloc_size);
+            self.room_made += 1;
         }
     }
 
@@ -988,6 +1006,7 @@ impl Store {
             self.referenced_count -= 1;
         }
         self.alloc.free_range(e.location.offset, e.alloc_size);
+        self.room_made += 1;
         if !e.is_sealed() {
             fx.aborted.push(id);
         } else if announce {

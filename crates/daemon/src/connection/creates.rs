@@ -102,7 +102,8 @@ impl Connection {
     }
 
     fn create_or_park(&mut self, p: PendingCreate) -> Result<Option<reply::Body>, Refusal> {
-        let before = self.spills_finished();
+        let mark = self.room_mark();
+        let before = mark.1;
         match self.try_create(&p) {
             Ok(r) => r.map(Some),
             Err(Waitable(e)) if p.only_for_spills && !self.room_coming(before) => Err(Refusal(e)),
@@ -115,6 +116,11 @@ impl Connection {
             )),
             Err(Waitable(e)) => {
                 tracing::debug!(client = self.client, id = %p.id, "create waits for space: {}", e.message);
+                if self.creates.is_empty() {
+                    // Room made from here on wakes it (creates parked
+                    // before keep their older mark).
+                    self.room_seen = mark;
+                }
                 self.creates.push(p);
                 self.shared.lock().waiting_creates += 1;
                 Ok(None)
@@ -124,6 +130,13 @@ impl Connection {
 
     fn spills_finished(&self) -> u64 {
         self.shared.lock().spills_finished
+    }
+
+    /// What changes when room may have come: memory freed or made
+    /// evictable, and spill writes finished.
+    fn room_mark(&self) -> (u64, u64) {
+        let sh = self.shared.lock();
+        (sh.store.room_made(), sh.spills_finished)
     }
 
     /// Whether room may come for a create that found none: spill segments
@@ -189,12 +202,21 @@ impl Connection {
 
     /// Retries the creates waiting for space, in order; with `now`, also
     /// answers those whose wait ran out.
+    /// Tries the parked creates again when room may have come since they
+    /// last tried (`now` is `None`), or at a deadline (`now`): those whose
+    /// deadline passed get their error.
     pub(super) fn retry_creates(&mut self, now: Option<Instant>) {
-        let parked = std::mem::take(&mut self.creates);
-        if parked.is_empty() {
+        if self.creates.is_empty() {
             return;
         }
+        let mark = self.room_mark();
+        if now.is_none() && mark == self.room_seen {
+            return; // nothing freed: every one of them would fail again
+        }
+        self.room_seen = mark;
+        let parked = std::mem::take(&mut self.creates);
         let before_len = parked.len();
+        self.shared.lock().create_retries += before_len as u64;
         for p in parked {
             let before = self.spills_finished();
             match self.try_create(&p) {

@@ -162,10 +162,31 @@ impl Connection {
                 Ok(None)
             }
             B::Stats(_) => {
-                let sh = self.shared.lock();
-                let mut stats = convert::stats(&sh.store.stats());
-                stats.waiting_creates = sh.waiting_creates as u64;
-                Ok(Some(reply::Body::Stats(stats)))
+                let (mut stats, scan) = {
+                    let sh = self.shared.lock();
+                    let mut stats = convert::stats(&sh.store.stats());
+                    stats.waiting_creates = sh.waiting_creates as u64;
+                    (stats, sh.fast.as_ref().map(|t| t.hold_scan()))
+                };
+                let Some(scan) = scan else {
+                    return Ok(Some(reply::Body::Stats(stats)));
+                };
+                // Objects held through the table only count as referenced
+                // too: finding them is a pass over every client's holds,
+                // done on a blocking thread while the store serves others.
+                let shared = self.shared.clone();
+                self.spawn_reply(rid, async move {
+                    let held = tokio::task::spawn_blocking(move || scan.held_slots())
+                        .await
+                        .unwrap_or_default();
+                    let sh = shared.lock();
+                    if let Some(t) = &sh.fast {
+                        let ids = t.objects_in(&held);
+                        stats.referenced_objects += sh.store.unreferenced_among(&ids);
+                    }
+                    Ok(reply::Body::Stats(stats))
+                });
+                Ok(None)
             }
         }
     }

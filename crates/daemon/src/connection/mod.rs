@@ -228,6 +228,8 @@ struct Connection {
     gets: ParkedGets,
     /// Creates waiting for space, oldest first.
     creates: Vec<PendingCreate>,
+    /// `room_mark` when the parked creates last tried.
+    room_seen: (u64, u64),
     /// Woken when space may have been freed.
     space: std::sync::Arc<tokio::sync::Notify>,
     /// How events are framed, once the connection subscribed.
@@ -288,6 +290,7 @@ impl Connection {
             done_rx,
             space,
             creates: Vec::new(),
+            room_seen: (0, 0),
             client,
             shared,
             rd,

@@ -434,3 +434,88 @@ fn restores_off_the_event_loop_never_wait_for_each_other() {
         assert_eq!(r2.len(), 1, "the second client is answered: {r2:?}");
     }
 }
+
+/// A create parked for space is tried again when room may have come (memory
+/// freed, an object became evictable), not on every turn of the loop: a
+/// client with creates parked that sends other requests cost the store a
+/// failed allocation per parked create per request.
+#[test]
+fn parked_creates_are_retried_only_when_room_may_have_come() {
+    let rt = testkit::runtime();
+    let shared = testkit::store(1 << 20);
+    let (holder, _holder_rx) = shared.lock().register();
+    let big = ObjectId::random();
+    shared
+        .lock()
+        .store
+        .create(holder, big, 1 << 20, 0, 0)
+        .unwrap();
+    let create = |rid| {
+        encode_frame(&pb::Request {
+            request_id: rid,
+            body: Some(request::Body::Create(pb::Create {
+                object_id: ObjectId::random().0.to_vec(),
+                data_size: 4096,
+                metadata: vec![],
+                wait_ms: -1,
+                metadata_size: 0,
+            })),
+        })
+    };
+    let mut input = Vec::new();
+    for rid in 1..=8 {
+        input.extend(create(rid));
+    }
+    let (mut conn, theirs) = testkit::connection(&rt, &shared, &input);
+    let shared2 = shared.clone();
+    let replies = rt.block_on(async move {
+        let task = tokio::spawn(async move { conn.run().await });
+        tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            theirs
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut w = theirs.try_clone().unwrap();
+            let mut r = FrameReader::new(theirs, FrameCodec::REPLIES);
+            // 200 requests that make no room, each answered before the next.
+            for rid in 100..300 {
+                w.write_all(&encode_frame(&pb::Request {
+                    request_id: rid,
+                    body: Some(request::Body::Contains(pb::Contains {
+                        object_ids: pack_ids(&[big]),
+                        cluster: false,
+                    })),
+                }))
+                .unwrap();
+                let reply = r.read_message::<pb::Reply>().unwrap();
+                assert_eq!(reply.request_id, rid);
+            }
+            assert_eq!(shared2.lock().waiting_creates, 8);
+            let retries = shared2.lock().create_retries;
+            assert!(
+                retries <= 8,
+                "{retries} retries of 8 parked creates while no room came"
+            );
+            // Now room comes: every parked create is answered.
+            {
+                let mut sh = shared2.lock();
+                let fx = sh.store.abort(holder, big).unwrap();
+                sh.deliver(fx);
+            }
+            let mut created = 0;
+            while created < 8 {
+                let reply = r.read_message::<pb::Reply>().unwrap();
+                assert!(
+                    matches!(reply.body, Some(reply::Body::Create(_))),
+                    "{reply:?}"
+                );
+                created += 1;
+            }
+            created
+        })
+        .await
+        .inspect(|_| task.abort())
+    });
+    assert_eq!(replies.unwrap(), 8);
+    assert_eq!(shared.lock().waiting_creates, 0);
+}
