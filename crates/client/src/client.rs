@@ -249,6 +249,9 @@ impl Client {
         // store, in one request.
         let mut out: Vec<Option<ObjectBuffer>> = Vec::with_capacity(ids.len());
         let mut rest: Vec<usize> = Vec::new();
+        if ids.len() > 1 {
+            fast.prefetch(ids);
+        }
         for (pos, id) in ids.iter().enumerate() {
             match fast.take(id) {
                 Take::Held(slot, v) => {

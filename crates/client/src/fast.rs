@@ -98,6 +98,22 @@ impl FastView {
         table::home(words, !self.key, usize::MAX) as u64 | 1
     }
 
+    /// Asks the CPU to start loading what taking holds on `ids` will touch
+    /// (each id's home slot, its hold and its tag), all at once. A take
+    /// is a chain of atomic operations whose locked instructions wait for
+    /// each cache miss in turn; with the lines already on their way, a
+    /// batched get of objects this process has not read lately waits for
+    /// memory once instead of three times per object.
+    pub fn prefetch(&self, ids: &[ObjectId]) {
+        let (slots, holds, tags) = (self.slots(), self.holds(), self.tags());
+        for id in ids {
+            let i = table::home(&table::id_words(id), self.key, self.slots);
+            prefetch(slots[i].seq.as_ptr() as *const u8);
+            prefetch(holds[i].as_ptr() as *const u8);
+            prefetch(tags[i].as_ptr() as *const u8);
+        }
+    }
+
     /// Takes a hold on the sealed object `id`.
     pub fn take(&self, id: &ObjectId) -> Take {
         let took = table::take(self.slots(), self.holds(), self.key, id);
@@ -152,4 +168,18 @@ impl FastView {
                 .is_some_and(|v| v.state == table::SEALED && v.id == words)
         })
     }
+}
+
+/// A hint to load the cache line at `p`; never faults, never changes memory.
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // Safety: a prefetch is a hint: it reads no memory the program can
+    // observe and cannot fault, whatever `p` is (here it points into a
+    // live mapping anyway).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
