@@ -50,14 +50,20 @@ def _flags(options: dict) -> list:
 
 @contextlib.contextmanager
 def start_store(
-    memory: str = "1GiB", socket: str | None = None, timeout: float = 30.0, **options: Any
+    memory: str = "1GiB",
+    socket: str | None = None,
+    timeout: float = 30.0,
+    netns: str | None = None,
+    **options: Any,
 ) -> Iterator[StoreProcess]:
     """Starts a store process and stops it when the block ends.
 
     ``memory`` accepts "512MiB", "4GiB" or bytes; ``socket`` defaults to a
     fresh temporary path; other keyword arguments become flags of
     ``ferroplasma store`` (``prefault=True`` → ``--prefault``,
-    ``dir="/dev/shm"`` → ``--dir /dev/shm``). The store runs in a session
+    ``dir="/dev/shm"`` → ``--dir /dev/shm``). With ``netns``, the store
+    runs in that network namespace (``ip netns exec``; root): a host of its
+    own for cluster experiments on one machine. The store runs in a session
     of its own, so a Ctrl-C in the terminal interrupts the program, not the
     store under it; the store stops when the block ends, or when this
     program exits in any way (``--exit-with-parent``).
@@ -71,7 +77,8 @@ def start_store(
     if socket is None:
         socket = os.path.join(tmp, "store.sock")
     log_path = os.path.join(tmp, "store.log")
-    args = [sys.executable, "-m", "ferroplasma", "store", "--memory", str(memory)]
+    args = ["ip", "netns", "exec", netns] if netns else []
+    args += [sys.executable, "-m", "ferroplasma", "store", "--memory", str(memory)]
     args.append("--exit-with-parent")  # even if this program is killed
     args += ["--socket", socket, *_flags(options)]
     with open(log_path, "wb") as log:

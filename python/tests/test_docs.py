@@ -14,6 +14,7 @@ more declares it on its first line, and this test provides it:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -98,47 +99,12 @@ def scan_server(store, tmp_path_factory):
 def dask(store, tmp_path_factory):
     """A Dask scheduler and one worker using the doc tests' store, and
     record files to sort (for docs/jobs.md)."""
-    import socket
-
     from ferroplasma.jobs import records
+    from ferroplasma.jobs.hosts import start_scheduler, start_worker
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    address = f"tcp://127.0.0.1:{port}"
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "distributed.cli.dask_scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--dashboard-address",
-                ":0",
-            ],
-            **quiet,
-        ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "distributed.cli.dask_worker",
-                address,
-                "--nthreads",
-                "2",
-                "--no-nanny",
-                "--dashboard-address",
-                ":0",
-            ],
-            env=dict(os.environ, FERROPLASMA_SOCKET=store.socket),
-            **quiet,
-        ),
-    ]
-    try:
+    with contextlib.ExitStack() as stack:
+        address = start_scheduler(stack)
+        start_worker(stack, address, store.socket, name="doc-worker", nthreads=2)
         root = tmp_path_factory.mktemp("dask-doc")
         records.gen_records(str(root / "in"), "2MB", files=2, seed=1, workers=1)
         from distributed import Client
@@ -150,10 +116,6 @@ def dask(store, tmp_path_factory):
             "/shared/in": str(root / "in"),
             "/shared/out": str(root / "out"),
         }
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
 
 
 @pytest.mark.parametrize("code", _blocks())

@@ -6,7 +6,6 @@ gets runs from other hosts through the cluster's remote get."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -15,109 +14,17 @@ import time
 
 import pytest
 
-import ferroplasma as fp
-from conftest import eventually, member_address
+from conftest import eventually
 
 distributed = pytest.importorskip("distributed")  # the `dask` extra; make build installs it
 R = pytest.importorskip("ferroplasma.jobs.records")
-
-TOKEN = "dask-test-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Hosts:
-    """Stores, their Dask workers, and a client of the scheduler."""
-
-    def __init__(self, stack: contextlib.ExitStack, n: int = 3) -> None:
-        common = {"cluster_token": TOKEN, "heartbeat_interval": "100ms", "peer_timeout": "2s"}
-        first = stack.enter_context(
-            fp.start_store("256MiB", cluster_listen="127.0.0.1:0", **common)
-        )
-        seed = member_address(first.connect())
-        self.stores = [first] + [
-            stack.enter_context(
-                fp.start_store("256MiB", cluster_listen="127.0.0.1:0", join=seed, **common)
-            )
-            for _ in range(n - 1)
-        ]
-        self.clients = [s.connect() for s in self.stores]
-        self.members = [member_address(c) for c in self.clients]
-        for c in self.clients:
-            eventually(
-                lambda c=c: (
-                    sum(m["health"] in ("this", "alive") for m in c.cluster_status()["members"])
-                    == n
-                ),
-                what="every member sees every other",
-            )
-        address = self.address = f"tcp://127.0.0.1:{free_port()}"
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        self.scheduler = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "distributed.cli.dask_scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                address.rsplit(":", 1)[1],
-                "--dashboard-address",
-                ":0",
-            ],
-            **quiet,
-        )
-        stack.callback(self._stop, self.scheduler)
-        self.workers = []
-        for i, store in enumerate(self.stores):
-            env = dict(os.environ, FERROPLASMA_SOCKET=store.socket)
-            w = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "distributed.cli.dask_worker",
-                    address,
-                    "--nthreads",
-                    "1",
-                    "--nworkers",
-                    "1",
-                    "--name",
-                    f"host{i}",
-                    "--dashboard-address",
-                    ":0",
-                    "--no-nanny",
-                ],
-                env=env,
-                **quiet,
-            )
-            stack.callback(self._stop, w)
-            self.workers.append(w)
-        self.dask = stack.enter_context(distributed.Client(address, timeout=60))
-        self.dask.wait_for_workers(n, timeout=60)
-
-    @staticmethod
-    def _stop(p: subprocess.Popen) -> None:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-    def kill(self, i: int) -> None:
-        """The whole host: its store and its Dask worker."""
-        self.stores[i].process.kill()
-        self.workers[i].kill()
-
-    def objects_left(self, alive: list[int]) -> list[int]:
-        return [self.clients[i].stats()["objects"] for i in alive]
+from ferroplasma.jobs.hosts import Hosts, can_use_netns  # noqa: E402
 
 
 @pytest.fixture
 def hosts():
-    with contextlib.ExitStack() as stack:
-        yield Hosts(stack)
+    with Hosts(3) as h:
+        yield h
 
 
 @pytest.fixture
@@ -263,7 +170,10 @@ def test_the_commands_take_a_scheduler(hosts, records, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert R.validate_records(records, str(out), workers=1).ok
-    nobody = f"tcp://127.0.0.1:{free_port()}"
+    # A port bound (so nobody else takes it) where nothing listens.
+    unused = socket.socket()
+    unused.bind(("127.0.0.1", 0))
+    nobody = f"tcp://127.0.0.1:{unused.getsockname()[1]}"
     done = subprocess.run(
         [
             *cli,
@@ -283,4 +193,175 @@ def test_the_commands_take_a_scheduler(hosts, records, tmp_path):
         text=True,
         timeout=120,
     )
+    unused.close()
     assert done.returncode == 2 and "no Dask scheduler answers" in done.stderr, done.stderr
+
+
+NETNS = pytest.mark.skipif(
+    not can_use_netns(), reason="needs root and iproute2 (network namespaces); CI runs it"
+)
+
+
+@pytest.fixture(scope="module")
+def big_records(tmp_path_factory):
+    src = tmp_path_factory.mktemp("netns") / "in"
+    R.gen_records(str(src), "200MB", files=8, seed=11, workers=2)
+    return str(src)
+
+
+class KillMidMap:
+    """A progress hook that kills host ``victim`` of ``hosts`` once a third
+    of the map tasks are done."""
+
+    killed = 0
+
+    def __init__(self, hosts, victim):
+        self.hosts, self.victim = hosts, victim
+
+    def __call__(self, what: str, total: int):
+        hook = self
+
+        class Bar:
+            done = 0
+
+            def update(self, n: int) -> None:
+                self.done += n
+                if what == "map" and not hook.killed and self.done >= total // 3:
+                    hook.hosts.kill(hook.victim)
+                    hook.killed += 1
+
+            def close(self) -> None:
+                pass
+
+        return Bar()
+
+
+@NETNS
+@pytest.mark.parametrize("kill", [False, True], ids=["all-hosts", "host-killed-mid-map"])
+def test_jobs_across_hosts_in_network_namespaces(big_records, tmp_path, kill):
+    """Three hosts, each a network namespace with its store and its Dask
+    worker, the scheduler in a fourth: 200 MB of records sorted into 12
+    partitions (validated), then a DataFrame sorted (equal to pandas'
+    stable sort). Every byte between hosts crosses a virtual link. With
+    host 2 killed a third of the way through the map phase, both jobs still
+    finish with correct results on the two hosts left."""
+    import numpy as np
+    import pandas as pd
+
+    from ferroplasma.jobs import dataframe as D
+
+    with Hosts(3, memory="768MiB", netns=True) as hosts:
+        sent_before = hosts.bytes_sent()
+        hook = KillMidMap(hosts, 2)
+        out = str(tmp_path / "out")
+        summary = R.sort_records(
+            big_records,
+            out,
+            partitions=12,
+            workers=hosts.dask,
+            socket=hosts.stores[0].socket,
+            split_size="8MB",
+            progress=hook if kill else None,
+            say=lambda _msg: None,
+        )
+        report = R.validate_records(big_records, out, workers=2)
+        assert report.ok, report.problems
+        assert report.output_records == summary.records == 2_000_000
+        crossed = hosts.bytes_sent() - sent_before
+        # Reducers pulled the runs of other hosts over the links: about two
+        # thirds of the input (more when maps ran again after the kill).
+        assert crossed > summary.input_bytes // 3, (crossed, summary.input_bytes)
+        if kill:
+            assert hook.killed == 1
+            assert hosts.members[2] not in summary.hosts, summary.hosts
+        alive = [0, 1] if kill else [0, 1, 2]
+        assert {hosts.members[i] for i in alive} >= set(summary.hosts)
+
+        rng = np.random.default_rng(7)
+        frame = pd.DataFrame(
+            {"key": rng.integers(0, 10_000, 300_000), "value": rng.standard_normal(300_000)}
+        )
+        chunks = [frame.iloc[i * 50_000 : (i + 1) * 50_000] for i in range(6)]
+        parts = [hosts.clients[alive[q % len(alive)]].put(c) for q, c in enumerate(chunks)]
+        buckets = D.sort_dataframe(hosts.clients[0], parts, "key", workers=hosts.dask, buckets=6)
+        got = pd.concat(hosts.clients[0].get(buckets, timeout=60))
+        pd.testing.assert_frame_equal(got, frame.sort_values("key", kind="stable"))
+        del got
+        hosts.clients[0].delete(buckets + parts)
+        eventually(
+            lambda: hosts.objects_left(alive) == [0] * len(alive),
+            timeout=30,
+            what="stores emptied",
+        )
+
+
+@NETNS
+@pytest.mark.parametrize("kill", [False, True], ids=["all-hosts", "host-killed-mid-map"])
+def test_local_inputs_are_read_on_their_hosts(tmp_path, kill):
+    """Each host has files of its own at the same path (a directory bound
+    there for its worker only, as a local disk). The sort reads every file
+    on its host and the result validates against all three hosts' files.
+    A host killed mid-map takes inputs nobody else has: the job fails
+    with a JobError naming that host, instead of waiting for it."""
+    from ferroplasma.errors import JobError
+
+    disks = [tmp_path / f"disk{i}" for i in range(3)]
+    for i, d in enumerate(disks):
+        R.gen_records(str(d), "16MB", files=2, seed=20 + i, workers=1)
+    mountpoint = tmp_path / "local"
+    mountpoint.mkdir()
+    # What the three disks hold together, for validation by the driver.
+    union = tmp_path / "union"
+    union.mkdir()
+    for i, d in enumerate(disks):
+        for f in sorted(d.iterdir()):
+            (union / f"h{i}-{f.name}").symlink_to(f)
+    out = str(tmp_path / "out")
+    with Hosts(
+        3,
+        memory="256MiB",
+        netns=True,
+        local_dirs=[str(d) for d in disks],
+        local_path=str(mountpoint),
+    ) as hosts:
+        if not kill:
+            summary = R.sort_records(
+                str(mountpoint),
+                out,
+                partitions=12,
+                workers=hosts.dask,
+                socket=hosts.stores[0].socket,
+                split_size="4MB",
+                say=lambda _msg: None,
+                local_inputs=True,
+            )
+            assert summary.records == 480_000
+            report = R.validate_records(str(union), out, workers=1)
+            assert report.ok, report.problems
+            assert report.input_records == 480_000
+        else:
+            with pytest.raises(JobError, match=hosts.members[2].replace(".", r"\.")):
+                R.sort_records(
+                    str(mountpoint),
+                    out,
+                    partitions=12,
+                    workers=hosts.dask,
+                    socket=hosts.stores[0].socket,
+                    split_size="1MB",
+                    progress=KillMidMap(hosts, 2),
+                    say=lambda _msg: None,
+                    local_inputs=True,
+                )
+            assert not [f for f in os.listdir(out) if f.startswith("part-")]
+        eventually(
+            lambda: hosts.objects_left([0, 1] if kill else [0, 1, 2]) == [0] * (2 if kill else 3),
+            timeout=30,
+            what="stores emptied",
+        )
+
+
+def test_local_inputs_need_a_dask_cluster(tmp_path):
+    from ferroplasma.errors import JobError
+
+    with pytest.raises(JobError, match="local_inputs"):
+        R.sort_records(str(tmp_path), str(tmp_path / "out"), workers=1, local_inputs=True)

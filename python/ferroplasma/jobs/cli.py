@@ -149,6 +149,12 @@ def records_main(argv: list[str]) -> int:
         "processes: every worker's host runs a store of one cluster, and --input and "
         "--output are visible to every worker (docs/jobs.md; needs pip install '.[dask]')",
     )
+    s.add_argument(
+        "--local-inputs",
+        action="store_true",
+        help="with --scheduler: every host has files of its own in --input (the same path, "
+        "other files, e.g. local disks); each is read on its host only",
+    )
     _common(s, store=True)
     v = sub.add_parser("validate", help="check a sort's output against its input")
     v.add_argument("--input", required=True, help="the directory that was sorted")
@@ -180,6 +186,7 @@ def records_main(argv: list[str]) -> int:
                 progress,
                 _say,
                 args.overwrite,
+                args.local_inputs,
             )
             print(summary)
         else:

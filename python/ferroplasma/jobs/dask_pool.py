@@ -15,6 +15,7 @@ host died).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -88,6 +89,19 @@ def _member_here() -> str:
     return member_of(worker_client())
 
 
+def _executing(dask_worker: Any = None) -> list[str]:
+    """On a Dask worker: the keys of the tasks it is running now."""
+    state = dask_worker.state
+    return [str(ts.key) for ts in (*state.executing, *state.long_running)]
+
+
+# Seconds between looks at whether a host that alone can run some tasks is gone.
+_WATCH_S = 1.0
+# Seconds a failed job waits for its tasks still running, to delete what
+# they made.
+_FETCH_S = 120.0
+
+
 class DaskPool:
     """Runs tasks on the workers of ``client`` (a ``distributed.Client``),
     each connected to the store of its host.
@@ -120,18 +134,63 @@ class DaskPool:
             self.workers_of.setdefault(member, []).append(worker)
         self.socket = None
 
-    def submit(self, fn: Callable[..., Any], *args: Any, where: str | None = None) -> Any:
+    def submit(
+        self, fn: Callable[..., Any], *args: Any, where: str | None = None, strict: bool = False
+    ) -> Any:
         """Runs ``fn(*args)`` on a worker, preferably one on store member
-        ``where``."""
+        ``where`` (with ``strict``, only there: its inputs are on that host
+        alone)."""
         hint = self.workers_of.get(where) if where else None
+        if strict and not hint:
+            raise JobError(f"no Dask worker runs on host {where}, which holds inputs of the job")
         return self.client.submit(
             fn,
             *args,
             pure=False,
             workers=hint,
-            allow_other_workers=hint is not None,
+            allow_other_workers=hint is not None and not strict,
             retries=2,
         )
+
+    def _host_gone(self, member: str) -> bool:
+        """Whether no Dask worker of store member ``member`` is left."""
+        alive = set(self.client.scheduler_info().get("workers", {}))
+        return not alive.intersection(self.workers_of.get(member, []))
+
+    def _finished(self, futures: dict, strict_where: list[str] | None) -> Iterator[tuple[Any, Any]]:
+        """Each future and its result, as they finish. Tasks bound to one
+        host (``strict``) cannot run anywhere else: when every worker of
+        such a host is gone (with the task, or with the result it held),
+        the job cannot finish, and this says so instead of waiting."""
+        from distributed import as_completed, wait
+
+        if strict_where is None:
+            for f in as_completed(futures):
+                yield f, f.result()
+            return
+        pending = set(futures)
+        while pending:
+            try:
+                wait(pending, timeout=_WATCH_S, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            for f in [f for f in pending if f.done()]:
+                try:
+                    # A result held by a worker that died meanwhile is
+                    # computed again: on its host only.
+                    result = f.result(timeout=_WATCH_S)
+                except TimeoutError:
+                    continue
+                pending.discard(f)
+                yield f, result
+            hosts = {strict_where[futures[f]] for f in pending}
+            gone = sorted(h for h in hosts if self._host_gone(h)) if hosts else []
+            if gone:
+                raise JobError(
+                    f"host {', '.join(gone)} is gone, and with it the job's inputs that only it "
+                    f"had (local inputs are read where they are): run the job again once its "
+                    f"files are on a live host"
+                )
 
     @staticmethod
     def result(future: Any) -> Any:
@@ -143,29 +202,46 @@ class DaskPool:
         args: Iterable[tuple],
         discard: Callable[[Any], None] | None = None,
         where: list[str] | None = None,
+        strict: bool = False,
     ) -> Iterator[tuple[int, Any]]:
         """As :meth:`Pool.run_all`, with ``where[i]`` the store member
-        that should run task ``i``."""
-        from distributed import as_completed, wait
+        that should run task ``i`` (with ``strict``: that must)."""
+        from distributed import wait
 
         futures = {}
         for i, a in enumerate(args):
-            futures[self.submit(fn, *a, where=where[i] if where else None)] = i
+            futures[self.submit(fn, *a, where=where[i] if where else None, strict=strict)] = i
         taken: set[Any] = set()
         try:
-            for f in as_completed(futures):
+            for f, result in self._finished(futures, where if strict else None):
                 taken.add(f)
-                yield futures[f], f.result()
+                yield futures[f], result
         finally:
             left = [f for f in futures if f not in taken]
             for f in left:
                 f.cancel()
             with contextlib.suppress(Exception):
-                wait([f for f in left if not f.cancelled()])
+                wait([f for f in left if not f.cancelled()], timeout=_FETCH_S)
+            # A cancelled task that a worker already runs goes on to the end
+            # (Dask cannot stop it): wait for it, so that whatever it puts
+            # in a store exists before the job deletes what it made.
+            self._wait_idle({str(f.key) for f in left})
             for f in left:
                 if discard is not None and f.status == "finished":
                     with contextlib.suppress(Exception):
                         discard(f.result())
+
+    def _wait_idle(self, keys: set[str]) -> None:
+        """Waits (up to two minutes) until no worker runs a task of ``keys``."""
+        deadline = time.monotonic() + _FETCH_S
+        while keys and time.monotonic() < deadline:
+            try:
+                running = self.client.run(_executing)
+            except Exception:
+                return  # nothing to ask: nothing left running either
+            if not keys.intersection(k for ks in running.values() for k in ks):
+                return
+            time.sleep(0.05)
 
     def close(self) -> None:
         """Nothing: the Dask client belongs to the caller."""

@@ -148,12 +148,16 @@ def progress_bar(progress: ProgressFactory | None, what: str, total: int) -> Any
     return progress(what, total) if progress else NoProgress()
 
 
-def split_files(files: list[str], split_bytes: int) -> list[tuple[str, int, int]]:
-    """(path, offset, length) pieces of whole records, at most split_bytes each."""
+def split_files(
+    files: list[str], split_bytes: int, sizes: list[int] | None = None
+) -> list[tuple[str, int, int]]:
+    """(path, offset, length) pieces of whole records, at most split_bytes
+    each, in file order (``sizes``: the files' sizes, when they are files of
+    other hosts)."""
     per = max(1, split_bytes // RECORD_SIZE) * RECORD_SIZE
     out = []
-    for path in files:
-        size = os.path.getsize(path)
+    for k, path in enumerate(files):
+        size = sizes[k] if sizes is not None else os.path.getsize(path)
         for off in range(0, size, per):
             out.append((path, off, min(per, size - off)))
     return out

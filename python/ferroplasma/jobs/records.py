@@ -110,8 +110,13 @@ class SortSummary:
 def _sample_boundaries(files: list[str], partitions: int, seed: int = 0) -> np.ndarray:
     """P-1 boundary keys: quantiles of keys read at random record positions."""
     counts = [os.path.getsize(f) // RECORD_SIZE for f in files]
-    total = sum(counts)
-    want = min(total, partitions * _SAMPLES_PER_PARTITION)
+    want = min(sum(counts), partitions * _SAMPLES_PER_PARTITION)
+    return _quantiles(_sample_keys(files, counts, want, sum(counts), seed), partitions)
+
+
+def _sample_keys(files: list[str], counts: list[int], want: int, total: int, seed: int) -> list:
+    """Keys read at random record positions of ``files`` (``counts``
+    records each): ``want`` in all, if the files held ``total`` records."""
     rng = np.random.default_rng(seed)
     keys = []
     for path, n in zip(files, counts):
@@ -123,11 +128,66 @@ def _sample_boundaries(files: list[str], partitions: int, seed: int = 0) -> np.n
             for i in rng.choice(n, size=min(k, n), replace=False):
                 raw = os.pread(fd, KEY_SIZE, int(i) * RECORD_SIZE)
                 keys.append(int.from_bytes(raw.ljust(KEY_SIZE, b"\0"), "big"))
+    return keys
+
+
+def _quantiles(keys: list, partitions: int) -> np.ndarray:
     if not keys:
         return np.zeros(partitions - 1, dtype=np.uint64)
     ks = np.sort(np.array(keys, dtype=np.uint64))
     at = (np.arange(1, partitions) * len(ks)) // partitions
     return ks[np.minimum(at, len(ks) - 1)]
+
+
+def _sample_local(
+    pool: DaskPool, files: list[str], sizes: list[int], homes: list[str], partitions: int
+) -> np.ndarray:
+    """:func:`_sample_boundaries` of files on several hosts: each host
+    samples its own files, in proportion to their share of the records."""
+    counts = [s // RECORD_SIZE for s in sizes]
+    total = sum(counts)
+    want = min(total, partitions * _SAMPLES_PER_PARTITION)
+    members = sorted(set(homes))
+    args = []
+    for seed, m in enumerate(members):
+        mine = [k for k, h in enumerate(homes) if h == m]
+        args.append(([files[k] for k in mine], [counts[k] for k in mine], want, total, seed))
+    keys: list = []
+    for _, got in pool.run_all(_sample_keys, args, where=members, strict=True):
+        keys += got
+    return _quantiles(keys, partitions)
+
+
+def _list_local(directory: str) -> tuple[str, list[tuple[str, int]] | str]:
+    """On a Dask worker: its host's store member, and the record files in
+    ``directory`` there with their sizes (or why there are none)."""
+    from .dask_pool import _member_here
+
+    try:
+        files = input_files(directory)
+    except JobError as e:
+        return _member_here(), str(e)
+    return _member_here(), [(f, os.path.getsize(f)) for f in files]
+
+
+def _local_inputs(pool: DaskPool, directory: str) -> tuple[list[str], list[int], list[str]]:
+    """The files of ``directory`` on every host (each read there only):
+    paths, sizes, and the store member (host) each is on."""
+    listed: dict[str, Any] = {}
+    for member, found in pool.client.run(_list_local, directory).values():
+        listed.setdefault(member, found)
+    problems = [f"host {m}: {v}" for m, v in listed.items() if isinstance(v, str)]
+    if len(problems) == len(listed):
+        raise JobError(f"no host has inputs in {directory!r}: " + "; ".join(problems))
+    files, sizes, homes = [], [], []
+    for member, found in sorted(listed.items()):
+        if isinstance(found, str):
+            continue  # a host without inputs: it only maps and reduces
+        for path, size in found:
+            files.append(path)
+            sizes.append(size)
+            homes.append(member)
+    return files, sizes, homes
 
 
 def _create_once(client: Client, job: bytes, size: int, *key: int) -> tuple[ObjectID, Any]:
@@ -304,6 +364,7 @@ def sort_records(
     progress: ProgressFactory | None = None,
     say: Callable[[str], None] = print,
     overwrite: bool = False,
+    local_inputs: bool = False,
 ) -> SortSummary:
     """Sorts the record files in ``input_dir`` into ``partitions`` files
     ``part-00000`` … in ``output_dir``, with ``workers`` processes (default:
@@ -314,13 +375,26 @@ def sort_records(
     ``output_dir``). ``progress(what, total_bytes)`` makes a bar (an object
     with ``update(n)`` and ``close()``), e.g. ``tqdm``.
 
+    With ``workers=`` a ``distributed.Client`` and ``local_inputs``, each
+    host has files of its own in ``input_dir`` (the same path everywhere,
+    other files on each host, as on a cluster's local disks): the driver
+    asks every worker what its host has, samples keys and runs each map
+    task on the host of its split, so every input byte is read where it
+    lies. Such a split cannot be made again elsewhere: a host that dies
+    with inputs nobody else has fails the job (JobError, naming the host).
+
     Raises MalformedRecord (with the file and line) for a line that is not
     a record, JobError for a missing input, or for ``part-*`` files already
     in ``output_dir`` unless ``overwrite`` (then they are removed first).
     """
     if partitions < 1:
         raise JobError(f"partitions must be at least 1, not {partitions}")
-    files = input_files(input_dir)
+    if local_inputs and not is_dask_client(workers):
+        raise JobError(
+            "local_inputs: each host's files are read by the Dask workers of that host; "
+            "pass workers=distributed.Client(...) (or --scheduler)"
+        )
+    files = [] if local_inputs else input_files(input_dir)
     total = sum(os.path.getsize(f) for f in files)
     os.makedirs(output_dir, exist_ok=True)
     old = sorted(f for f in os.listdir(output_dir) if f.startswith("part-"))
@@ -338,17 +412,32 @@ def sort_records(
     spill = tempfile.mkdtemp(prefix=".ferroplasma-spill-", dir=spill_dir or output_dir)
     started = time.perf_counter()
     try:
+        sizes: list[int] | None = None
+        homes: list[str] | None = None
         if is_dask_client(workers):
             # Across hosts: every worker's host runs a store of one cluster;
             # the driver talks to the one at `socket`.
             workers = DaskPool(workers)
+            if local_inputs:
+                files, sizes, homes = _local_inputs(workers, input_dir)
+                total = sum(sizes)
         with job_store(socket, _store_memory(total), say) as client:
             private = client.socket != (socket or default_socket())
             own_pool = not isinstance(workers, (Pool, DaskPool))
             pool = Pool(client.socket, workers) if own_pool else workers
             try:
                 summary = _run_sort(
-                    client, pool, files, total, output_dir, partitions, split_size, spill, progress
+                    client,
+                    pool,
+                    files,
+                    total,
+                    output_dir,
+                    partitions,
+                    split_size,
+                    spill,
+                    progress,
+                    sizes,
+                    homes,
                 )
             finally:
                 if own_pool:
@@ -408,9 +497,23 @@ def _run_sort(
     split_size: int | str,
     spill: str,
     progress: ProgressFactory | None,
+    sizes: list[int] | None = None,
+    homes: list[str] | None = None,
 ) -> SortSummary:
-    bounds = _sample_boundaries(files, partitions)
-    splits = split_files(files, parse_size(split_size))
+    if homes is None or sizes is None:
+        bounds = _sample_boundaries(files, partitions)
+        splits = split_files(files, parse_size(split_size))
+        split_homes = None
+    else:
+        # Inputs local to their hosts: each host samples its own files, and
+        # each split is mapped on its host only.
+        bounds = _sample_local(pool, files, sizes, homes, partitions)
+        splits, split_homes = [], []
+        for path, size, home in zip(files, sizes, homes):
+            mine = split_files([path], parse_size(split_size), [size])
+            splits += mine
+            split_homes += [home] * len(mine)
+
     # Room kept for the splits other workers may be placing at the same time.
     reserve = max((n for _, _, n in splits), default=0) * (pool.workers - 1)
     held: dict[int, Any] = {}  # map index -> buffer (keeps its object in the store)
@@ -431,10 +534,14 @@ def _run_sort(
 
         def run_maps(which: list[int]) -> None:
             nonlocal store_bytes, spilled
+            placed = (
+                {"where": [split_homes[i] for i in which], "strict": True} if split_homes else {}
+            )
             for k, res in pool.run_all(
                 _map_task,
                 [map_args[i] for i in which],
                 discard=lambda r: _discard_run(client, r),
+                **placed,
             ):
                 i = which[k]
                 if results[i] is not None:
