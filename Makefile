@@ -138,10 +138,11 @@ bench/.spark-venv/.ok:
 	bench/.spark-venv/bin/pip install -q pyspark
 	touch $@
 
-bench-jobs: build bench/.spark-venv/.ok ## Seeds 000/004: DataFrame sort vs pandas (100M rows), record sort vs GNU sort and Spark (10 GiB); QUICK=1
+bench-jobs: build bench/.spark-venv/.ok ## Seeds 000/004: DataFrame sort vs pandas (100M rows), record sort vs GNU sort and Spark (10 GiB); on Dask across 3 hosts vs Dask alone; QUICK=1
 	$(VENV)/bin/python bench/jobs_bench.py dataframe --json bench/results/jobs-df.json $(if $(QUICK),--rows 20000000 --reps 2,--single-worker)
 	$(VENV)/bin/python bench/jobs_bench.py records --json bench/results/jobs-rec.json $(if $(QUICK),--size 1GiB --reps 2,)
 	cd bench && ../$(VENV)/bin/python jobs_report.py results/jobs-df.json results/jobs-rec.json --out ../docs
+	$(VENV)/bin/python bench/jobs_dask_bench.py --json bench/results/jobs-dask.json --out docs $(if $(QUICK),--size 256MiB --rows 5000000 --reps 2,)
 
 bench-spill: build ## p50/p99/max of a 1 KiB get while the store spills 256 MiB batches, next to an idle store
 	@mkdir -p bench/results
