@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -46,18 +45,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from jobs_bench import _machine  # the same description of the machine
 
 HERE = Path(__file__).resolve().parent
 HOSTS = 3
-
-
-def _machine() -> dict:
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-    }
 
 
 def _say(msg: str) -> None:

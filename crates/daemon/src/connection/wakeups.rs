@@ -11,21 +11,32 @@ use ferroplasma_protocol::{pack_ids, ObjectId};
 use ferroplasma_store::Store;
 use std::time::Duration;
 
-/// Space freed while the connection is busy writing (its peer is slow to
-/// read) still wakes a create that waits for space: the wake-up is not lost
-/// between the flush and the wait.
-#[test]
-fn space_freed_during_a_flush_wakes_a_waiting_create() {
-    let rt = testkit::runtime();
+/// A store of 1 MiB that another client fills with an unsealed object it
+/// holds: the holder, the object, and the holder's notices (kept open).
+fn full_store() -> (
+    SharedRef,
+    ferroplasma_store::ClientId,
+    ObjectId,
+    tokio::sync::mpsc::Receiver<ferroplasma_store::Notice>,
+) {
     let shared = testkit::store(1 << 20);
-    // Another client fills the store with an object it holds.
-    let (holder, _holder_rx) = shared.lock().register();
+    let (holder, rx) = shared.lock().register();
     let big = ObjectId::random();
     shared
         .lock()
         .store
         .create(holder, big, 1 << 20, 0, 0)
         .unwrap();
+    (shared, holder, big, rx)
+}
+
+/// Space freed while the connection is busy writing (its peer is slow to
+/// read) still wakes a create that waits for space: the wake-up is not lost
+/// between the flush and the wait.
+#[test]
+fn space_freed_during_a_flush_wakes_a_waiting_create() {
+    let rt = testkit::runtime();
+    let (shared, holder, big, _holder_rx) = full_store();
     // The client asks for many large replies (more than a socket buffer
     // holds, so the flush waits for it to read), then for a create that has
     // to wait for space.
@@ -442,14 +453,7 @@ fn restores_off_the_event_loop_never_wait_for_each_other() {
 #[test]
 fn parked_creates_are_retried_only_when_room_may_have_come() {
     let rt = testkit::runtime();
-    let shared = testkit::store(1 << 20);
-    let (holder, _holder_rx) = shared.lock().register();
-    let big = ObjectId::random();
-    shared
-        .lock()
-        .store
-        .create(holder, big, 1 << 20, 0, 0)
-        .unwrap();
+    let (shared, holder, big, _holder_rx) = full_store();
     let create = |rid| {
         encode_frame(&pb::Request {
             request_id: rid,
