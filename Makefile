@@ -9,7 +9,7 @@ ARGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: help build c-lib install-c header test-go wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
+.PHONY: help test-sysdeps build c-lib install-c header test-go wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -66,8 +66,16 @@ test-rust: ## Rust unit, property and integration tests (root-only ones when roo
 	  $(CARGO) test -p ferroplasma-daemon -- --ignored root_; \
 	else echo "test-rust: root-only tests skipped (not root)"; fi
 
-test-python: build wheel ## Python tests (pytest) against real stores
+test-python: build wheel test-sysdeps ## Python tests (pytest) against real stores
 	$(VENV)/bin/python -m pytest -q python/tests
+
+# Debian packages only tests use: Prometheus (it scrapes a store in
+# test_metrics.py). Installed when root; elsewhere that test is skipped.
+test-sysdeps:
+	@command -v prometheus >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else echo "test-sysdeps: prometheus not installed (not root): its test is skipped"; fi; }
 
 # Plasma's own tests, from the last pyarrow that shipped Plasma (fetched from
 # PyPI, never committed), run against ferroplasma.plasma.

@@ -94,6 +94,12 @@ pub struct StoreConfig {
     #[arg(long, value_name = "GID,...", value_delimiter = ',')]
     pub allow_gid: Vec<u32>,
 
+    /// Serve Prometheus metrics at http://ADDRESS/metrics: PORT alone
+    /// binds 127.0.0.1 (loopback), HOST:PORT that address (0.0.0.0:PORT
+    /// for every interface). Off by default. Metrics: docs/operations.md.
+    #[arg(long, value_name = "[HOST:]PORT", value_parser = parse_metrics_addr)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+
     /// Join a cluster: serve the peer protocol (gRPC) on HOST:PORT. Needs
     /// --cluster-token and, unless this is the first member, --peers or
     /// --join. Clients of any member then get objects held by any other.
@@ -178,6 +184,7 @@ impl StoreConfig {
             spill_limit: None,
             exit_with_parent: false,
             max_clients: DEFAULT_MAX_CLIENTS,
+            metrics_listen: None,
             table_slots: DEFAULT_TABLE_SLOTS,
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),
@@ -389,8 +396,26 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
+/// `--metrics-listen`: PORT (on loopback) or HOST:PORT.
+fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| {
+        format!("{s:?} is neither a port (9464) nor HOST:PORT (127.0.0.1:9464, 0.0.0.0:9464)")
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn metrics_listen_takes_a_port_on_loopback_or_an_address() {
+        use super::parse_metrics_addr as p;
+        assert_eq!(p("9464").unwrap().to_string(), "127.0.0.1:9464");
+        assert_eq!(p("0.0.0.0:9464").unwrap().to_string(), "0.0.0.0:9464");
+        assert!(p("localhost").unwrap_err().contains("HOST:PORT"));
+    }
+
     use super::*;
 
     #[test]

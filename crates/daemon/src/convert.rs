@@ -96,3 +96,14 @@ pub fn stats(s: &Stats) -> pb::StatsReply {
         waiting_creates: 0,
     }
 }
+
+/// A member's health as a metric label.
+pub fn health_name(health: i32) -> &'static str {
+    match pb::MemberHealth::try_from(health) {
+        Ok(pb::MemberHealth::ThisMember) => "this",
+        Ok(pb::MemberHealth::Alive) => "alive",
+        Ok(pb::MemberHealth::Dead) => "dead",
+        Ok(pb::MemberHealth::Refused) => "refused",
+        _ => "unknown",
+    }
+}

@@ -15,6 +15,7 @@
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
 //! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
+//! - `metrics` — Prometheus metrics and their endpoint (`--metrics-listen`).
 //! - [`cluster`] — many stores, one namespace: membership, the partitioned
 //!   directory, remote gets over the bulk transport (docs/cluster.md).
 //! - [`error`] — [`DaemonError`].
@@ -29,6 +30,7 @@ pub mod error;
 mod fast_table;
 mod fdpass;
 mod listener;
+mod metrics;
 pub mod server;
 mod shared;
 mod spill;

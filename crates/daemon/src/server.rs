@@ -49,11 +49,24 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         0 => None,
         n => Some(Arc::new(FastTable::create(n as usize)?)),
     };
+    // Bound before anything else starts: a taken port is a start-up error.
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(crate::metrics::bind(addr).await?),
+        None => None,
+    };
     let shared = SharedRef::new(store, arena, spill, fast);
     let cluster = match cluster_config {
         Some(c) => Some(Cluster::start(c, shared.clone()).await?),
         None => None,
     };
+    if let Some(listener) = metrics_listener {
+        let instruments = shared.lock().instruments.clone();
+        let registry = crate::metrics::registry(&instruments, shared.clone(), cluster.clone());
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(%addr, "metrics at http://{addr}/metrics");
+        }
+        tokio::spawn(crate::metrics::serve(listener, registry));
+    }
     // Signals are ours before anyone is told the store is ready: a SIGINT
     // or SIGTERM that follows "ready" at once is never lost.
     let mut term = signal(SignalKind::terminate()).map_err(|e| DaemonError::io("SIGTERM", e))?;

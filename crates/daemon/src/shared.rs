@@ -36,6 +36,8 @@ pub struct Shared {
     /// Parked creates tried again since start (each when room may have
     /// come, or at its deadline).
     pub create_retries: u64,
+    /// What the connections count for the metrics endpoint.
+    pub instruments: Arc<crate::metrics::Instruments>,
     /// Spilled objects to bring back once the spills under way are done
     /// (there was no room for them before).
     restores_waiting: Vec<ObjectId>,
@@ -90,6 +92,7 @@ impl SharedRef {
             waiting_creates: 0,
             restores_waiting: Vec::new(),
             create_retries: 0,
+            instruments: Arc::default(),
             space: Arc::new(Notify::new()),
             cluster_client: None,
             agent_outbox: None,

@@ -13,6 +13,27 @@
 mod continuations;
 mod creates;
 mod dispatch;
+/// The metric label of a request.
+fn op_of(body: &request::Body) -> Option<Op> {
+    use request::Body as B;
+    Some(match body {
+        B::Create(_) => Op::create,
+        B::CreateAndSeal(_) => Op::create_and_seal,
+        B::Seal(_) => Op::seal,
+        B::Abort(_) => Op::abort,
+        B::Get(_) => Op::get,
+        B::Release(_) => Op::release,
+        B::Contains(_) => Op::contains,
+        B::Delete(_) => Op::delete,
+        B::Evict(_) => Op::evict,
+        B::List(_) => Op::list,
+        B::Stats(_) => Op::stats,
+        B::Subscribe(_) => Op::subscribe,
+        B::ClusterStatus(_) => Op::cluster_status,
+        B::Connect(_) => return None,
+    })
+}
+
 #[cfg(test)]
 mod fuzz;
 mod gets;
@@ -28,6 +49,7 @@ pub use gets::MAX_WAITING_IDS;
 use crate::cluster::{Cluster, Completion};
 use crate::convert;
 use crate::fdpass::send_with_fds;
+use crate::metrics::{Instruments, Op};
 use crate::shared::SharedRef;
 use bytes::BytesMut;
 use ferroplasma_protocol::frame::{
@@ -230,6 +252,8 @@ struct Connection {
     creates: Vec<PendingCreate>,
     /// `room_mark` when the parked creates last tried.
     room_seen: (u64, u64),
+    /// Request counters and answer times (the metrics endpoint's).
+    instruments: Arc<Instruments>,
     /// Woken when space may have been freed.
     space: std::sync::Arc<tokio::sync::Notify>,
     /// How events are framed, once the connection subscribed.
@@ -282,7 +306,10 @@ impl Connection {
         inbuf: BytesMut,
     ) -> Self {
         let (rd, wr) = stream.into_split();
-        let space = shared.lock().space.clone();
+        let (space, instruments) = {
+            let sh = shared.lock();
+            (sh.space.clone(), sh.instruments.clone())
+        };
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Connection {
             cluster,
@@ -291,6 +318,7 @@ impl Connection {
             space,
             creates: Vec::new(),
             room_seen: (0, 0),
+            instruments,
             client,
             shared,
             rd,
@@ -424,11 +452,22 @@ impl Connection {
             self.push_error(rid, pb::ErrorCode::ProtocolViolation, msg);
             return Err(Close::Violation(msg.into()));
         }
+        let op = op_of(&body);
+        if let Some(op) = op {
+            self.instruments.request(op);
+        }
         if let request::Body::Release(r) = body {
             return self.release(r);
         }
+        let started = std::time::Instant::now();
         match self.dispatch(rid, body) {
-            Ok(Some(b)) => self.push_reply(rid, b),
+            Ok(Some(b)) => {
+                if let Some(op @ (Op::get | Op::create | Op::create_and_seal)) = op {
+                    self.instruments
+                        .answered(op, started.elapsed().as_secs_f64());
+                }
+                self.push_reply(rid, b)
+            }
             Ok(None) => {}
             Err(Refusal(e)) => self.push_reply(rid, reply::Body::Error(e)),
         }

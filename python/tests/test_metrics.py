@@ -1,0 +1,136 @@
+"""The metrics endpoint (``ferroplasma store --metrics-listen``), scraped by
+a real Prometheus server (Debian's ``prometheus`` package; ``make test``
+installs it when root) while clients work on the store: what Prometheus
+recorded matches what the test did."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import ferroplasma as fp
+
+
+def _logged(path: str, pattern: str, timeout: float = 30.0) -> str:
+    """The first match of ``pattern`` in the file at ``path``, waiting."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(path, errors="replace") as f:
+            m = re.search(pattern, f.read())
+        if m:
+            return m.group(1)
+        time.sleep(0.05)
+    raise AssertionError(f"{pattern!r} never appeared in {path}")
+
+
+@pytest.fixture
+def store():
+    with fp.start_store("64MiB", metrics_listen="127.0.0.1:0") as s:
+        s.metrics = _logged(s.log_path, r"metrics at http://([0-9.]+:[0-9]+)/metrics")
+        yield s
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_the_endpoint_serves_only_get_of_metrics(store):
+    status, body = _get(f"http://{store.metrics}/metrics")
+    assert status == 200
+    assert "ferroplasma_capacity_bytes 67108864" in body
+    assert body.rstrip().endswith("# EOF")
+    assert _get(f"http://{store.metrics}/")[0] == 404
+    post = urllib.request.Request(f"http://{store.metrics}/metrics", data=b"x", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(post, timeout=10)
+    assert e.value.code == 405
+
+
+def test_a_taken_port_is_a_clear_start_up_error(store):
+    with pytest.raises(fp.StoreUnavailable, match=r"metrics-listen .*pick another port"):
+        with fp.start_store("16MiB", metrics_listen=store.metrics):
+            pass
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="needs prometheus (apt)")
+def test_prometheus_records_what_the_clients_did(store, tmp_path):
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 200ms\n"
+        "scrape_configs:\n  - job_name: ferroplasma\n"
+        f"    static_configs:\n      - targets: ['{store.metrics}']\n"
+    )
+    log = tmp_path / "prometheus.log"
+    with open(log, "wb") as out:
+        prom = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                "--web.listen-address=127.0.0.1:0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        api = _logged(str(log), r'msg="Listening on" address=([0-9.]+:[0-9]+)')
+
+        def query(q: str) -> float | None:
+            url = f"http://{api}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            status, body = _get(url)
+            if status != 200:
+                return None
+            result = json.loads(body)["data"]["result"]
+            return float(result[0]["value"][1]) if result else None
+
+        # Load: a reader getting and releasing objects all along.
+        c = store.connect()
+        stop = threading.Event()
+        seed = [c.put(b"x" * 1000) for _ in range(20)]
+
+        def read() -> None:
+            r = store.connect()
+            while not stop.is_set():
+                r.get_buffers(seed, timeout=0)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            puts = [c.put(b"y" * 1000) for _ in range(480)]
+            c.delete(seed[:10])
+            for oid in puts[:300]:
+                c.delete([oid])
+            for _ in range(37):
+                c.stats()
+        finally:
+            stop.set()
+            reader.join()
+
+        want = {"create_and_seal": 500, "delete": 301, "stats": 37}
+        deadline = time.monotonic() + 60
+        got: dict[str, float | None] = {}
+        while time.monotonic() < deadline:
+            got = {op: query(f'ferroplasma_requests_total{{op="{op}"}}') for op in want}
+            if got == {op: float(n) for op, n in want.items()}:
+                break
+            time.sleep(0.2)
+        assert got == {op: float(n) for op, n in want.items()}
+        assert query("ferroplasma_objects{state='sealed'}") == 190.0  # 500 put, 310 deleted
+        assert query("ferroplasma_capacity_bytes") == float(64 << 20)
+        assert query('ferroplasma_answer_seconds_count{op="create_and_seal"}') == 500.0
+    finally:
+        prom.terminate()
+        prom.wait(10)
