@@ -65,6 +65,11 @@ def _run_native(argv: list[str]) -> int:
 
     if len(argv) > 1 and argv[1] == "store":
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    elif "--watch" in argv:
+        # `stats --watch` runs in Rust until Ctrl-C: let the signal end the
+        # process at once, as for any command-line tool (Python's handler
+        # would only run once Rust returned, which it never does).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     return _native.run_cli(argv)
 
 

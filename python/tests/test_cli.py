@@ -205,3 +205,63 @@ def test_a_private_store_ends_with_the_program_that_started_it():
         os.kill(int(pid), signal.SIGKILL)
     assert not alive, "the store outlived the program that started it"
     assert not os.path.exists(sock), "and it removed its socket"
+
+
+def test_stats_watch_prints_rates_as_lines_off_a_terminal(store, client):
+    """Piped, each look is one line of key=value pairs; puts made between
+    looks show as a rate; when the store goes, the watch says so and
+    exits with an error."""
+    watch = subprocess.Popen(
+        [*FP, "stats", "--watch", "0.2", "--socket", store.socket],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = []
+        while len(lines) < 8:
+            client.put(b"x" * 100)
+            line = watch.stdout.readline()
+            assert line, watch.stderr.read()
+            lines.append(dict(kv.split("=", 1) for kv in line.split()))
+        assert all("objects_per_s" in d and "evictions" in d for d in lines), lines
+        assert max(float(d["objects_per_s"]) for d in lines) > 0, lines
+        assert int(lines[-1]["objects"]) > int(lines[0]["objects"])
+        store.process.terminate()
+        assert watch.wait(30) != 0
+        assert "stopped answering" in watch.stderr.read()
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait()
+
+
+def test_stats_watch_redraws_on_a_terminal_and_stops_on_ctrl_c(store, tmp_path):
+    code, out = _under_pty(
+        [*FP, "stats", "--watch", "0.2", "--socket", store.socket], b"restores", tmp_path
+    )
+    assert "\x1b[2J" in out and "rate" in out and "objects" in out, out
+    assert "Traceback" not in out, out
+    assert code == -signal.SIGINT, (code, out)  # Ctrl-C ended it at once
+
+
+def test_stats_watch_of_a_cluster_shows_its_members(tmp_path):
+    from conftest import member_address
+
+    common = {"cluster_token": "t", "heartbeat_interval": "100ms", "peer_timeout": "2s"}
+    with fp.start_store("16MiB", cluster_listen="127.0.0.1:0", **common) as a:
+        seed = member_address(a.connect())
+        with fp.start_store("16MiB", cluster_listen="127.0.0.1:0", join=seed, **common):
+            watch = subprocess.Popen(
+                [*FP, "stats", "--watch", "0.2", "--cluster", "--socket", a.socket],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                eventually(
+                    lambda: "members_up=2" in watch.stdout.readline(),
+                    what="both members up in the watch",
+                )
+            finally:
+                watch.kill()
+                watch.wait()

@@ -34,8 +34,9 @@ enum Command {
     ///
     /// Logs go to stderr; set FERROPLASMA_LOG (e.g. `debug`) for more.
     Store(Box<StoreConfig>),
-    /// Print a running store's memory and object counters.
-    Stats(Target),
+    /// Print a running store's memory and object counters (with --watch,
+    /// again and again, with rates).
+    Stats(StatsArgs),
     /// List the objects in a running store.
     List(ListArgs),
     /// Cluster commands (see docs/cluster.md).
@@ -48,6 +49,31 @@ enum ClusterCommand {
     /// Show the members of the store's cluster: address, health, capacity
     /// and use, and this store's transfer counters.
     Status(Target),
+}
+
+#[derive(Debug, clap::Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Look again every SECONDS (default 1) until Ctrl-C, with rates per
+    /// second next to the totals: redrawn in place on a terminal, one line
+    /// of key=value pairs per look otherwise (a pipe, a log file).
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1",
+          value_parser = parse_seconds)]
+    watch: Option<f64>,
+    /// With --watch: the cluster's figures too (members up, pulls, serves,
+    /// lookups).
+    #[arg(long, requires = "watch")]
+    cluster: bool,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v >= 0.05 && v.is_finite() => Ok(v),
+        _ => Err(format!(
+            "{s:?}: give seconds between looks, at least 0.05 (e.g. 1 or 0.5)"
+        )),
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -72,8 +98,15 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         Command::Store(cfg) => {
             crate::run(*cfg).map_err(|e| format!("cannot run the store: {}", chain(&e)).into())
         }
-        Command::Stats(t) => {
-            let c = Client::connect(t.socket.as_deref())?;
+        Command::Stats(a) => {
+            let c = Client::connect(a.target.socket.as_deref())?;
+            if let Some(every) = a.watch {
+                return crate::watch::watch(
+                    &c,
+                    std::time::Duration::from_secs_f64(every),
+                    a.cluster,
+                );
+            }
             let s = c.stats()?;
             println!("socket              {}", c.socket().display());
             println!("capacity            {}", human(s.capacity));

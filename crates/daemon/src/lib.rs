@@ -16,6 +16,7 @@
 //! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
 //! - `metrics` — Prometheus metrics and their endpoint (`--metrics-listen`).
+//! - `watch` — `ferroplasma stats --watch`: a live view with rates.
 //! - [`cluster`] — many stores, one namespace: membership, the partitioned
 //!   directory, remote gets over the bulk transport (docs/cluster.md).
 //! - [`error`] — [`DaemonError`].
@@ -34,6 +35,7 @@ mod metrics;
 pub mod server;
 mod shared;
 mod spill;
+mod watch;
 
 pub use config::StoreConfig;
 pub use error::DaemonError;
