@@ -121,3 +121,32 @@ def test_a_member_with_another_token_shows_as_refused(cluster):
         eventually(lambda: health_of_seed() == "refused", what="the seed to refuse the intruder")
         assert sum(m["health"] == "alive" for m in c.cluster_status()["members"]) == 0
         assert len(clients[0].cluster_status()["members"]) == 3
+
+
+def test_debug_logs_follow_one_get_across_members(monkeypatch):
+    """With FERROPLASMA_LOG=debug, the member a client asks logs the request
+    in a span naming the client, the request and the object, through its
+    lookup and pull; the member holding the object logs serving that
+    object to it."""
+    monkeypatch.setenv("FERROPLASMA_LOG", "ferroplasma_daemon=debug")
+    common = {"cluster_token": TOKEN, "heartbeat_interval": "100ms", "peer_timeout": "2s"}
+    with fp.start_store("32MiB", cluster_listen="127.0.0.1:0", **common) as a:
+        seed = member_address(a.connect())
+        with fp.start_store("32MiB", cluster_listen="127.0.0.1:0", join=seed, **common) as b:
+            ca, cb = a.connect(), b.connect()
+            eventually(
+                lambda: sum(m["health"] == "alive" for m in cb.cluster_status()["members"]) == 1,
+                what="b sees a",
+            )
+            oid = ca.put(b"followed")
+            assert cb.get(oid, timeout=10) == b"followed"
+            hexid = oid.binary().hex()
+            with open(b.log_path) as f:
+                asking = [line for line in f if f"ids={hexid}" in line and "op=get" in line]
+            assert any("received" in line for line in asking), asking
+            assert any("lookup: sealed" in line for line in asking), asking
+            assert any("pulled" in line for line in asking), asking
+            assert any("rid=" in line and "client=" in line for line in asking), asking
+            with open(a.log_path) as f:
+                holding = f.read()
+            assert "pull: serving" in holding and hexid in holding, holding[-2000:]

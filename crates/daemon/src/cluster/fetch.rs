@@ -52,7 +52,8 @@ impl Cluster {
         );
         drop(inflight);
         let c = self.clone();
-        self.rt.spawn(async move {
+        // In the span of the request that first wanted it (debug logs).
+        let work = async move {
             let outcome = c.fetch(id).await;
             let waiters = lock(&c.inflight).remove(&id).map(|f| f.waiters);
             if let (Err(error), Some(ws)) = (outcome, waiters) {
@@ -63,7 +64,8 @@ impl Cluster {
                     });
                 }
             }
-        });
+        };
+        self.rt.spawn(tracing::Instrument::in_current_span(work));
     }
 
     /// The deadline of the fetch of `id`, or `Err` when nobody waits any more.
@@ -116,6 +118,7 @@ impl Cluster {
                 }
                 pb::EntryState::Sealed => {}
             }
+            tracing::debug!(%id, holders = ?entry.holders, "lookup: sealed");
             let holders: Vec<(String, String)> = {
                 let m = lock(&self.membership);
                 entry
@@ -202,6 +205,7 @@ impl Cluster {
         match self.transport.pull(data_addr, id, &mut landing).await {
             Ok(Pulled::Received(bytes)) => {
                 landing.finish();
+                tracing::debug!(%id, from = data_addr, bytes, "pulled");
                 self.counters.fetches.fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .fetched_bytes

@@ -128,9 +128,12 @@ impl Peer for Service {
         &self,
         req: Request<pb::LookupRequest>,
     ) -> Result<Response<pb::LookupReply>, Status> {
+        let req_peer = req.remote_addr();
         let r = req.into_inner();
         let ids = ids(&r.object_ids)?;
         let wait = Duration::from_millis(r.wait_ms.max(0) as u64).min(super::ops::MAX_LOOKUP_WAIT);
+        let from = req_peer.map(|a| a.to_string()).unwrap_or_default();
+        tracing::debug!(ids = ?ids, from, "lookup asked");
         let entries = self.0.lookup_local(&ids, wait).await;
         Ok(Response::new(pb::LookupReply { entries }))
     }

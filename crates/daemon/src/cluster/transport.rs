@@ -380,9 +380,11 @@ async fn serve_one(
             source.pin(id)
         };
         let Some(p) = pinned else {
+            tracing::debug!(%id, peer = ?s.peer_addr().ok(), "pull: not here");
             s.write_all(&[0u8]).await?;
             continue;
         };
+        tracing::debug!(%id, peer = ?s.peer_addr().ok(), bytes = p.data_size, "pull: serving");
         let mut head = Vec::with_capacity(17 + p.metadata_size as usize);
         head.push(1u8);
         head.extend_from_slice(&p.data_size.to_le_bytes());

@@ -6,6 +6,7 @@ use super::{parse_id, Connection, Refusal};
 use crate::cluster::Completion;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
+use tracing::Instrument;
 
 /// Gives back the claim of `id` unless the store holds an object of that
 /// id (see [`Connection::unclaim`]).
@@ -35,7 +36,7 @@ impl Connection {
         };
         let tx = self.done_tx.clone();
         let shared = self.shared.clone();
-        tokio::spawn(async move {
+        let work = async move {
             let result = match cl.claim(id).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(crate::cluster::wire_error(
@@ -56,7 +57,8 @@ impl Connection {
                 // the object, so the id goes back.
                 unclaim(&shared, id);
             }
-        });
+        };
+        tokio::spawn(work.in_current_span());
     }
 
     /// Runs a cluster operation and answers request `rid` with its result.
@@ -66,13 +68,14 @@ impl Connection {
         op: impl std::future::Future<Output = Result<reply::Body, pb::Error>> + Send + 'static,
     ) {
         let tx = self.done_tx.clone();
-        tokio::spawn(async move {
+        let work = async move {
             let body = op.await;
             let _ = tx.send(Completion::Reply {
                 request_id: rid,
                 body,
             });
-        });
+        };
+        tokio::spawn(work.in_current_span());
     }
 
     /// Gives a claimed id back after its create failed, unless this store

@@ -13,6 +13,35 @@
 mod continuations;
 mod creates;
 mod dispatch;
+/// The objects a request names, for its span: the first few in hex and how
+/// many more.
+fn ids_of(body: &request::Body) -> String {
+    use request::Body as B;
+    let one = |raw: &[u8]| {
+        ObjectId::from_slice(raw)
+            .map(|id| id.to_hex())
+            .unwrap_or_default()
+    };
+    let packed = |raw: &[u8]| {
+        let ids: Vec<String> = raw.chunks(ObjectId::LEN).map(one).collect();
+        match ids.len() {
+            0..=3 => ids.join(","),
+            n => format!("{},… ({n} ids)", ids[..3].join(",")),
+        }
+    };
+    match body {
+        B::Create(c) => one(&c.object_id),
+        B::CreateAndSeal(c) => one(&c.object_id),
+        B::Seal(c) => one(&c.object_id),
+        B::Abort(c) => one(&c.object_id),
+        B::Get(g) => packed(&g.object_ids),
+        B::Release(r) => packed(&r.object_ids),
+        B::Contains(c) => packed(&c.object_ids),
+        B::Delete(d) => packed(&d.object_ids),
+        _ => String::new(),
+    }
+}
+
 /// The metric label of a request.
 fn op_of(body: &request::Body) -> Option<Op> {
     use request::Body as B;
@@ -456,6 +485,22 @@ impl Connection {
         if let Some(op) = op {
             self.instruments.request(op);
         }
+        // At debug level, one span per request: every line logged while it
+        // is handled, and by the continuations it starts (cluster lookups
+        // and pulls), carries the client, the request and its objects.
+        let span = if tracing::enabled!(tracing::Level::DEBUG) {
+            tracing::debug_span!(
+                "request",
+                client = self.client,
+                rid,
+                op = %op.map(|o| format!("{o:?}")).unwrap_or_default(),
+                ids = %ids_of(&body)
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let _in_span = span.enter();
+        tracing::debug!("received");
         if let request::Body::Release(r) = body {
             return self.release(r);
         }
