@@ -134,3 +134,34 @@ def test_prometheus_records_what_the_clients_did(store, tmp_path):
     finally:
         prom.terminate()
         prom.wait(10)
+
+
+def test_the_grafana_dashboard_asks_for_metrics_the_store_serves(tmp_path):
+    """Every metric docs/grafana-dashboard.json queries is one a store (a
+    cluster member, for the cluster panels) serves."""
+    from pathlib import Path
+
+    dash = json.loads((Path(__file__).parents[2] / "docs" / "grafana-dashboard.json").read_text())
+    wanted = {
+        re.sub(r"_(bucket|count|sum)$", "", name)
+        for p in dash["panels"]
+        for t in p["targets"]
+        for name in re.findall(r"\bferroplasma_[a-z_]+", t["expr"])
+    }
+    assert len(wanted) >= 10
+    common = {"cluster_token": "t", "heartbeat_interval": "100ms", "peer_timeout": "2s"}
+    member = {"cluster_listen": "127.0.0.1:0", **common}
+    served: set[str] = set()
+    # A lone store whose gets are requests (no shared table), and a member.
+    for flags in ({"table_slots": 0}, member):
+        with fp.start_store("16MiB", metrics_listen="127.0.0.1:0", **flags) as s:
+            addr = _logged(s.log_path, r"metrics at http://([0-9.]+:[0-9]+)/metrics")
+            c = s.connect()
+            c.get_buffers([c.put(b"x")], timeout=0)  # a create, a get: their histograms
+            _, body = _get(f"http://{addr}/metrics")
+        served |= {
+            re.sub(r"_(bucket|count|sum|created)$", "", line.split("{")[0].split(" ")[0])
+            for line in body.splitlines()
+            if line.startswith("ferroplasma_")
+        }
+    assert wanted <= served, wanted - served
