@@ -165,3 +165,28 @@ def test_the_grafana_dashboard_asks_for_metrics_the_store_serves(tmp_path):
             if line.startswith("ferroplasma_")
         }
     assert wanted <= served, wanted - served
+
+
+def test_a_silent_member_shows_missed_heartbeats():
+    from conftest import eventually, member_address
+
+    common = {"cluster_token": "t", "heartbeat_interval": "100ms", "peer_timeout": "2s"}
+    with fp.start_store(
+        "16MiB", metrics_listen="127.0.0.1:0", cluster_listen="127.0.0.1:0", **common
+    ) as a:
+        addr = _logged(a.log_path, r"metrics at http://([0-9.]+:[0-9]+)/metrics")
+        seed = member_address(a.connect())
+
+        def missed() -> list[float]:
+            body = _get(f"http://{addr}/metrics")[1]
+            return [
+                float(line.rsplit(" ", 1)[1])
+                for line in body.splitlines()
+                if line.startswith("ferroplasma_cluster_peer_heartbeats_missed{")
+            ]
+
+        with fp.start_store("16MiB", cluster_listen="127.0.0.1:0", join=seed, **common) as b:
+            eventually(lambda: missed() and missed()[0] <= 1, what="b heard")
+            b.process.kill()
+            b.process.wait()
+            eventually(lambda: missed()[0] >= 10, what="b's heartbeats missed")

@@ -253,6 +253,24 @@ impl Collector for StoreCollector {
             Some(&Unit::Seconds),
             peers.metric_type(),
         )?)?;
+        let every = cluster.heartbeat_interval().as_secs_f64().max(1e-3);
+        let missed = Family::<PeerLabel, prometheus_client::metrics::gauge::Gauge>::default();
+        for m in st.members.iter().filter(|m| m.addr != st.members[0].addr) {
+            let health = crate::convert::health_name(m.health);
+            let n = (m.last_seen_ms as f64 / 1000.0 / every).floor() as i64;
+            missed
+                .get_or_create(&PeerLabel {
+                    peer: m.addr.clone(),
+                    health,
+                })
+                .set(n);
+        }
+        missed.encode(e.encode_descriptor(
+            "cluster_peer_heartbeats_missed",
+            "Heartbeat intervals since each other member was last heard from (0 or 1: healthy)",
+            None,
+            missed.metric_type(),
+        )?)?;
         counter(
             &mut e,
             "cluster_fetches",

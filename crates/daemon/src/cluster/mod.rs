@@ -431,6 +431,11 @@ impl Cluster {
     }
 
     /// The status for `ferroplasma cluster status`.
+    /// How often members send heartbeats (`--heartbeat-interval`).
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat
+    }
+
     pub fn status(&self) -> wire::ClusterStatusReply {
         let now = std::time::Instant::now();
         let me = self.my_info();
