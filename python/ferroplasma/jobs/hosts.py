@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +44,18 @@ def can_use_netns() -> bool:
     return os.geteuid() == 0 and shutil.which("ip") is not None
 
 
+def _free_subnet() -> int:
+    """An X such that no interface here has an address in 10.77.X.0/24."""
+    shown = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    taken = {int(x) for x in re.findall(r"inet 10\.77\.(\d+)\.", shown)}
+    start = os.getpid() % 250
+    for k in range(250):
+        x = (start + k) % 250 + 1
+        if x not in taken:
+            return x
+    raise RuntimeError("every 10.77.X.0/24 network is in use here")
+
+
 class Network:
     """A bridge in this namespace and one network namespace per name, each
     linked to the bridge by a veth pair, with addresses 10.77.S.1, .2, …
@@ -51,7 +64,7 @@ class Network:
     def __init__(self, names: list[str]) -> None:
         tag = uuid.uuid4().hex[:5]
         self.bridge = f"fpb{tag}"
-        subnet = 10 + os.getpid() % 200
+        subnet = _free_subnet()
         self.ips = [f"10.77.{subnet}.{i + 1}" for i in range(len(names))]
         self.namespaces = [f"fp{tag}-{n}" for n in names]
         self.peers = [f"fpp{tag}{i}" for i in range(len(names))]
