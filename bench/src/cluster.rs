@@ -38,6 +38,10 @@ struct Args {
     /// Write the results here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Log filter for both stores (e.g. `ferroplasma_daemon::cluster=debug`);
+    /// their logs are then kept in the run's directory.
+    #[arg(long, value_name = "FILTER")]
+    store_log: Option<String>,
     /// Internal: send `--bytes` to the first connection on this address.
     #[arg(long, hide = true)]
     tcp_send: Option<String>,
@@ -49,6 +53,9 @@ struct Args {
     #[arg(long, hide = true, default_value_t = 1)]
     streams: usize,
 }
+
+/// Seed 002's remote fetch of 1000 × 1 kB (Table I), in ms.
+const SEED_REMOTE_1000X1KB_MS: f64 = 5.049;
 
 /// Seed 002's Table I: (objects, object size in bytes).
 const CONFIGS: [(usize, usize); 6] = [
@@ -184,7 +191,11 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
             .arg(&socks[i])
             .args(["--cluster-listen", &addrs[i], "--peers", &addrs[1 - i]])
             .args(["--cluster-token", "bench"])
-            .env("FERROPLASMA_LOG", "warn")
+            .env(
+                "FERROPLASMA_LOG",
+                args.store_log.clone().unwrap_or_else(|| "warn".into()),
+            )
+            .stderr(std::fs::File::create(dir.join(format!("store{i}.log")))?)
             .stdout(Stdio::null())
             .spawn()
             .context("starting a store")?;
@@ -278,7 +289,8 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
             "local_read_gib_s": bytes / gib / median(lread),
             "remote_read_gib_s": bytes / gib / median(rread),
             "remote_fetch_gib_s": bytes / gib / median(rget.clone()),
-            "remote_fetch_vs_raw_tcp": bytes / gib / median(rget) / raw,
+            "remote_fetch_vs_raw_tcp": bytes / gib / median(rget.clone()) / raw,
+            "remote_fetch_vs_1_stream": bytes / gib / median(rget) / raw1,
         });
         eprintln!(
             "{n:>5} × {:>9} B: fetch local {:>8.3} ms, remote {:>8.3} ms ({:.2} GiB/s, {:.2}× raw TCP); read local {:.2} GiB/s, remote {:.2} GiB/s",
@@ -293,8 +305,10 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         rows.push(row);
     }
 
-    // One small remote get at a time: how many round trips does it cost?
+    // One small remote get at a time: how many round trips does it cost,
+    // next to the same get answered locally?
     let mut single = Vec::new();
+    let mut local = Vec::new();
     for _ in 0..200 {
         let id = ObjectId::random();
         a.put(id, &[7u8; 1000], b"")?;
@@ -306,14 +320,33 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         single.push(t.elapsed().as_secs_f64());
         anyhow::ensure!(got[0].is_some(), "small object not fetched");
         drop(got);
+        let t = Instant::now();
+        let here = a.get(&[id], Some(Duration::from_secs(10)))?;
+        local.push(t.elapsed().as_secs_f64());
+        drop(here);
         a.delete(&[id])?;
     }
     let small = median(single);
+    let small_local = median(local);
     eprintln!(
-        "one remote 1 kB get: {:.1} µs median = {:.2} TCP round trips",
+        "one remote 1 kB get: {:.1} µs median = {:.2} TCP round trips; the same get local: {:.1} µs",
         small * 1e6,
-        small / rtt
+        small / rtt,
+        small_local * 1e6
     );
+    let goals = goals(&rows, small, small_local, rtt);
+    for g in &goals {
+        eprintln!(
+            "goal {}: {} ({})",
+            g["goal"].as_str().unwrap_or(""),
+            if g["met"].as_bool() == Some(true) {
+                "met"
+            } else {
+                "MISSED"
+            },
+            g["measured"].as_str().unwrap_or("")
+        );
+    }
     let out = json!({
         "link": if net.netns { "veth between two network namespaces" } else { "loopback" },
         "raw_tcp_gib_s": raw,
@@ -322,6 +355,9 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         "tcp_rtt_us": rtt * 1e6,
         "small_remote_get_us": small * 1e6,
         "small_remote_get_rtts": small / rtt,
+        "small_local_get_us": small_local * 1e6,
+        "seed_remote_1000x1kb_ms": SEED_REMOTE_1000X1KB_MS,
+        "goals": goals,
         "reps": args.reps,
         "configs": rows,
     });
@@ -331,8 +367,60 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
     }
     println!("{}", serde_json::to_string_pretty(&out)?);
     drop(stores);
-    let _ = std::fs::remove_dir_all(&dir);
+    if args.store_log.is_some() {
+        eprintln!("store logs kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(())
+}
+
+/// The goals of `make bench-cluster` (issue 24), judged on this run.
+fn goals(
+    rows: &[serde_json::Value],
+    small: f64,
+    small_local: f64,
+    rtt: f64,
+) -> Vec<serde_json::Value> {
+    let row = |n: u64, size: u64| {
+        rows.iter()
+            .find(|r| r["objects"] == n && r["object_bytes"] == size)
+    };
+    let mut out = Vec::new();
+    if let Some(r) = row(1000, 1000) {
+        let (remote, local) = (
+            r["remote_fetch_ms"].as_f64().unwrap_or(f64::MAX),
+            r["local_fetch_ms"].as_f64().unwrap_or(0.0),
+        );
+        out.push(json!({
+            "goal": "1000 x 1 kB remote <= 3x local",
+            "met": remote <= 3.0 * local,
+            "measured": format!("{remote:.2} ms = {:.1}x local ({local:.3} ms)", remote / local),
+        }));
+        out.push(json!({
+            "goal": "1000 x 1 kB remote <= 0.2x the seed's 5.049 ms",
+            "met": remote <= 0.2 * SEED_REMOTE_1000X1KB_MS,
+            "measured": format!("{remote:.2} ms = {:.2}x the seed", remote / SEED_REMOTE_1000X1KB_MS),
+        }));
+    }
+    for (n, size) in [(50u64, 10_000_000u64), (10, 100_000_000)] {
+        if let Some(r) = row(n, size) {
+            let x = r["remote_fetch_vs_1_stream"].as_f64().unwrap_or(0.0);
+            out.push(json!({
+                "goal": format!("{n} x {} MB remote >= 1.0x one raw TCP stream", size / 1_000_000),
+                "met": x >= 1.0,
+                "measured": format!("{x:.2}x one stream"),
+            }));
+        }
+    }
+    let rtts = (small - small_local) / rtt;
+    out.push(json!({
+        "goal": "one remote 1 kB get <= 3 TCP round trips + the local get",
+        "met": rtts <= 3.0,
+        "measured": format!("{:.0} us = local {:.0} us + {rtts:.2} round trips of {:.1} us",
+            small * 1e6, small_local * 1e6, rtt * 1e6),
+    }));
+    out
 }
 
 /// Sums the buffer as u64 words (reads every byte).

@@ -300,7 +300,8 @@ class Client:
         "this", "alive", "dead", "unknown" or "refused" (another
         cluster token) —, capacity, used, objects,
         last_seen in seconds) and this store's transfer counters (fetches,
-        fetched_bytes, served, served_bytes, lookups, claims,
+        fetched_bytes, pulls — pull requests sent, each carrying every
+        object asked of one holder —, served, served_bytes, lookups, claims,
         directory_entries, and updates_pending: objects whose news this
         store has not yet delivered to the directory)."""
         return self._native.cluster_status()

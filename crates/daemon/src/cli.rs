@@ -222,9 +222,10 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 );
             }
             println!(
-                "pulled {} objects ({}), served {} ({}); {} lookups, {} claims sent; {} directory entries kept; {} updates pending",
+                "pulled {} objects ({}) in {} requests, served {} ({}); {} lookups, {} claims sent; {} directory entries kept; {} updates pending",
                 s.fetches,
                 human(s.fetched_bytes),
+                s.pulls,
                 s.served,
                 human(s.served_bytes),
                 s.lookups,

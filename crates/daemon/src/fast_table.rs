@@ -46,6 +46,10 @@ impl FastTable {
     pub fn create(slots: usize) -> Result<Self, DaemonError> {
         let slots = slots.max(table::PROBES);
         let table = Arena::create(((slots + 1) * SLOT_BYTES) as u64, None, false)?;
+        // Backed now (16 MiB by default, a few ms at start): every seal
+        // publishes into a random slot, and a first touch of its page would
+        // cost that seal a page fault.
+        table.prefault();
         let mut k = [0u8; 8];
         getrandom::fill(&mut k)
             .map_err(|e| DaemonError::io("table hash key", std::io::Error::other(e.to_string())))?;

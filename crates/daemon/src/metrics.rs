@@ -301,6 +301,13 @@ impl Collector for StoreCollector {
         )?;
         counter(
             &mut e,
+            "cluster_pulls",
+            "Pull requests sent to other members (each carries many objects)",
+            None,
+            st.pulls,
+        )?;
+        counter(
+            &mut e,
             "cluster_lookups",
             "Directory lookups made",
             None,

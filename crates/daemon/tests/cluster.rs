@@ -4,118 +4,10 @@
 
 mod common;
 
+use common::cluster::{check, cluster, eventually, put, signal, Member, TOKEN};
 use common::{content, Namespaces, TestStore};
 use ferroplasma_client::{Client, ClientError, DeleteStatus, MemberHealth, ObjectId};
 use std::time::{Duration, Instant};
-
-const TOKEN: &str = "test-token-1";
-
-struct Member {
-    store: TestStore,
-    addr: String,
-}
-
-impl Member {
-    fn start(addr: &str, peers: &[&str], token: &str) -> Self {
-        Self::start_in(None, addr, peers, token)
-    }
-
-    fn start_in(netns: Option<&str>, addr: &str, peers: &[&str], token: &str) -> Self {
-        let mut args = vec![
-            "--cluster-listen",
-            addr,
-            "--cluster-token",
-            token,
-            "--heartbeat-interval",
-            "100ms",
-            "--peer-timeout",
-            "2s",
-        ];
-        let joined = peers.join(",");
-        if !peers.is_empty() {
-            args.extend(["--peers", &joined]);
-        }
-        let store = TestStore::start_in(netns, "64MiB", &args);
-        // With port 0 the store picked its port: ask it which.
-        let addr = if addr.ends_with(":0") {
-            let status = store.client().cluster_status().unwrap();
-            status
-                .members
-                .iter()
-                .find(|m| m.health == MemberHealth::ThisMember as i32)
-                .expect("this member")
-                .addr
-                .clone()
-        } else {
-            addr.into()
-        };
-        Member { store, addr }
-    }
-
-    fn client(&self) -> Client {
-        self.store.client()
-    }
-
-    fn alive_members(&self) -> usize {
-        let s = self.client().cluster_status().unwrap();
-        s.members
-            .iter()
-            .filter(|m| {
-                m.health == MemberHealth::Alive as i32
-                    || m.health == MemberHealth::ThisMember as i32
-            })
-            .count()
-    }
-
-    fn fetches(&self) -> u64 {
-        self.client().cluster_status().unwrap().fetches
-    }
-}
-
-fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while t.elapsed() < within {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out waiting for: {what}");
-}
-
-/// `n` members on loopback, each on a port the system picked; the first is
-/// started alone, the others are given it and learn the rest by gossip.
-fn cluster(n: usize) -> Vec<Member> {
-    let first = Member::start("127.0.0.1:0", &[], TOKEN);
-    let seed = first.addr.clone();
-    let mut members = vec![first];
-    for _ in 1..n {
-        members.push(Member::start("127.0.0.1:0", &[seed.as_str()], TOKEN));
-    }
-    for m in &members {
-        eventually(
-            "every member sees every other",
-            Duration::from_secs(15),
-            || m.alive_members() == n,
-        );
-    }
-    members
-}
-
-fn put(c: &Client, id: ObjectId, len: usize) {
-    c.put(id, &content(id, len), &content(id, 9)[..5]).unwrap();
-}
-
-fn check(c: &Client, id: ObjectId, len: usize, timeout: Duration) {
-    let b = c
-        .get(&[id], Some(timeout))
-        .unwrap()
-        .remove(0)
-        .unwrap_or_else(|| panic!("{id} not found within {timeout:?}"));
-    assert_eq!(b.data().len(), len);
-    assert!(b.data() == &content(id, len)[..], "data of {id} differs");
-    assert_eq!(b.metadata(), &content(id, 9)[..5]);
-}
 
 #[test]
 fn objects_put_on_one_member_are_read_on_every_other() {
@@ -540,16 +432,6 @@ fn objects_of_a_member_killed_right_after_the_put_are_lost_not_awaited() {
     }
 }
 
-fn signal(m: &Member, sig: &str) {
-    let pid = m.store.child.as_ref().unwrap().id().to_string();
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
-}
-
 fn copies(c: &Client, id: ObjectId) -> usize {
     c.list_in(true)
         .unwrap()
@@ -711,12 +593,13 @@ fn bulk_connections_without_the_token_get_nothing() {
         .unwrap()
         .data_addr;
     for hello in [
-        b"FPB1\x05\x00wrong".to_vec(),
+        b"FPB2\x05\x00wrong".to_vec(),
         b"GET / HTTP/1.0\r\n\r\n".to_vec(),
     ] {
         let mut s = std::net::TcpStream::connect(data).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(&hello).unwrap();
+        let _ = s.write_all(&1u32.to_le_bytes());
         let _ = s.write_all(id.as_bytes());
         let mut got = Vec::new();
         let _ = s.read_to_end(&mut got);
@@ -745,13 +628,14 @@ fn a_puller_that_stops_reading_does_not_pin_the_object() {
         .unwrap()
         .data_addr
         .clone();
-    let mut hello = b"FPB1".to_vec();
+    let mut hello = b"FPB2".to_vec();
     hello.extend_from_slice(&(TOKEN.len() as u16).to_le_bytes());
     let mut half = std::net::TcpStream::connect(&data).unwrap();
     half.write_all(&hello).unwrap(); // and never the token
     let mut s = std::net::TcpStream::connect(&data).unwrap();
     hello.extend_from_slice(TOKEN.as_bytes());
     s.write_all(&hello).unwrap();
+    s.write_all(&1u32.to_le_bytes()).unwrap();
     s.write_all(id.as_bytes()).unwrap();
     // Never read: 32 MiB do not fit the socket buffers, so the holder's
     // write blocks with the object pinned.

@@ -280,6 +280,7 @@ impl NativeClient {
         d.set_item("fetched_bytes", s.fetched_bytes)?;
         d.set_item("served", s.served)?;
         d.set_item("served_bytes", s.served_bytes)?;
+        d.set_item("pulls", s.pulls)?;
         d.set_item("lookups", s.lookups)?;
         d.set_item("claims", s.claims)?;
         d.set_item("directory_entries", s.directory_entries)?;

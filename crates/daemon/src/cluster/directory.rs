@@ -126,13 +126,17 @@ impl Directory {
     }
 
     /// The ring changed to `members` (fingerprint `ring`): the directory is
-    /// incomplete until each of them re-registers for it. A member that
-    /// already did (its re-registration overtook this member's own news of
-    /// the change) keeps its mark.
+    /// incomplete until each of them re-registers for it. The marks for the
+    /// ring left behind no longer count (were it formed again, its members
+    /// would re-register anew); a member that already re-registered for a
+    /// ring this member has not reached yet (its news overtook this
+    /// member's own, maybe across rings in between) keeps its mark.
     pub fn set_ring(&mut self, ring: u64, members: Vec<String>) {
-        self.rebuild.ring = ring;
+        let left = std::mem::replace(&mut self.rebuild.ring, ring);
         self.rebuild.members = members;
-        self.rebuild.synced.retain(|_, r| *r == ring);
+        if left != ring {
+            self.rebuild.synced.retain(|_, r| *r != left);
+        }
     }
 
     /// The current ring's fingerprint.
@@ -506,6 +510,34 @@ mod tests {
             d.claim_in_ring(ObjectId::random(), "a", 9, false),
             Claim::NotNow(_)
         ));
+    }
+
+    /// Four members joining one after another: a member may hear another's
+    /// re-registration for the final ring while it is still two rings
+    /// behind. That mark must survive the ring in between, or the
+    /// directory is never complete (the sender re-registers only when its
+    /// own ring changes) and no id can be claimed.
+    #[test]
+    fn an_early_re_registration_survives_the_rings_in_between() {
+        let mut d = Directory::new();
+        let four = || vec!["a".to_string(), "b".into(), "c".into(), "d".into()];
+        d.set_ring(1, vec!["a".into(), "d".into()]);
+        // "a" already sees all four (ring 3) and says so.
+        d.synced("a", 3);
+        d.set_ring(2, vec!["a".into(), "c".into(), "d".into()]);
+        d.set_ring(3, four());
+        for m in ["b", "c", "d"] {
+            d.synced(m, 3);
+        }
+        assert!(d.is_complete(), "a's early mark still counts");
+        assert_eq!(
+            d.claim_in_ring(ObjectId::random(), "b", 3, false),
+            Claim::Granted
+        );
+        // The marks of a ring left behind do not count if it forms again.
+        d.set_ring(4, vec!["a".into(), "b".into(), "c".into()]);
+        d.set_ring(3, four());
+        assert!(!d.is_complete());
     }
 
     #[test]

@@ -1,24 +1,28 @@
-//! Remote gets. A get that misses locally asks the cluster to fetch the
-//! object: the directory says who holds it, the bytes are pulled from a
-//! live holder straight into a new local allocation, and sealing that
-//! allocation wakes the waiting gets like any local seal. The copy is a
-//! cached secondary: evictable, and registered so others may pull from it.
+//! Remote gets, batched. The ids a get misses locally are fetched together:
+//! the directory is asked with one lookup per owner (all owners at once),
+//! and the objects are pulled with one request per holder carrying all of
+//! that holder's objects (all holders at once), straight into new local
+//! allocations. Sealing those wakes the waiting gets like any local seal.
+//! Each copy is a cached secondary: evictable, and registered so that
+//! others may pull from it. A single get is a batch of one.
 //!
 //! One fetch runs per id however many gets wait for it. It ends when the
 //! object is here, when the last waiter's deadline passes or every waiter
 //! is gone, or with an error for its waiters: lost (every holder died) or
-//! no room here.
+//! no room here. Ids not sealed anywhere yet are watched: one lookup per
+//! owner waits until any of them is sealed or lost, and what is sealed is
+//! pulled at once.
 
-use super::transport::{Landing, Pinned, Pulled, Source, TransferError};
+use super::landing::{Outcome, StoreLanding};
+use super::transport::{TransferError, MAX_PULL_IDS};
 use super::{lock, pb, wire_error, Cluster, Completion, Completions, Inflight};
-use crate::arena::Arena;
-use crate::shared::now_us;
 use ferroplasma_protocol::pb as wire;
 use ferroplasma_protocol::ObjectId;
-use ferroplasma_store::Location;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 /// Least time a lookup must have waited before it is repeated at once.
@@ -30,150 +34,328 @@ fn backoff() -> impl Iterator<Item = Duration> {
     super::retry::backoff(Duration::from_millis(10), Duration::from_secs(1))
 }
 
+/// A member holding copies: its name and bulk address.
+type Holder = (String, String);
+
+/// What one round of a fetch left to do.
+#[derive(Debug, Default)]
+struct Left {
+    /// Not sealed anywhere yet (or nobody answered): look up again.
+    ids: Vec<ObjectId>,
+    /// Whether a holder failed or none could be reached: pause first.
+    failed: bool,
+    /// Whether some id was settled (here, lost or refused) this round.
+    progress: bool,
+}
+
 impl Cluster {
-    /// Makes sure `id` is being fetched for a get waiting until `deadline`
-    /// (`None`: forever); `waiter` hears of failures.
-    pub fn want(self: &Arc<Self>, id: ObjectId, deadline: Option<Instant>, waiter: Completions) {
-        let mut inflight = lock(&self.inflight);
-        if let Some(f) = inflight.get_mut(&id) {
-            f.deadline = match (f.deadline, deadline) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                _ => None,
-            };
-            f.waiters.push(waiter);
+    /// Makes sure each of `ids` is being fetched for a get waiting until
+    /// `deadline` (`None`: forever); `waiter` hears of failures. The ids
+    /// not in flight yet are fetched together.
+    pub fn want(
+        self: &Arc<Self>,
+        ids: Vec<ObjectId>,
+        deadline: Option<Instant>,
+        waiter: Completions,
+    ) {
+        let mut fresh = Vec::with_capacity(ids.len());
+        {
+            let mut inflight = lock(&self.inflight);
+            for id in ids {
+                if let Some(f) = inflight.get_mut(&id) {
+                    f.deadline = match (f.deadline, deadline) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        _ => None,
+                    };
+                    f.waiters.push(waiter.clone());
+                    continue;
+                }
+                inflight.insert(
+                    id,
+                    Inflight {
+                        deadline,
+                        waiters: vec![waiter.clone()],
+                    },
+                );
+                fresh.push(id);
+            }
+        }
+        if fresh.is_empty() {
             return;
         }
-        inflight.insert(
-            id,
-            Inflight {
-                deadline,
-                waiters: vec![waiter],
-            },
-        );
-        drop(inflight);
         let c = self.clone();
         // In the span of the request that first wanted it (debug logs).
-        let work = async move {
-            let outcome = c.fetch(id).await;
-            let waiters = lock(&c.inflight).remove(&id).map(|f| f.waiters);
-            if let (Err(error), Some(ws)) = (outcome, waiters) {
-                for w in ws {
-                    let _ = w.send(Completion::FetchFailed {
-                        id,
-                        error: error.clone(),
-                    });
-                }
-            }
-        };
+        let work = async move { c.fetch(fresh).await };
         self.rt.spawn(tracing::Instrument::in_current_span(work));
     }
 
-    /// The deadline of the fetch of `id`, or `Err` when nobody waits any more.
-    fn fetch_deadline(&self, id: &ObjectId) -> Result<Option<Instant>, ()> {
-        let inflight = lock(&self.inflight);
-        let f = inflight.get(id).ok_or(())?;
-        if f.waiters.iter().all(|w| w.is_closed()) {
-            return Err(());
-        }
-        match f.deadline {
-            Some(d) if d <= Instant::now() => Err(()),
-            d => Ok(d),
+    /// Ends the fetch of `id`: its waiters hear of `error`, if any.
+    fn finish(&self, id: ObjectId, error: Option<wire::Error>) {
+        let waiters = lock(&self.inflight).remove(&id).map(|f| f.waiters);
+        if let (Some(error), Some(ws)) = (error, waiters) {
+            for w in ws {
+                let _ = w.send(Completion::FetchFailed {
+                    id,
+                    error: error.clone(),
+                });
+            }
         }
     }
 
-    /// Fetches until done; `Ok` also when it gave up quietly (the gets
-    /// time out on their own).
-    async fn fetch(self: &Arc<Self>, id: ObjectId) -> Result<(), wire::Error> {
-        let mut pauses = backoff();
-        let mut pause = move || tokio::time::sleep(pauses.next().unwrap_or(RETRY));
-        loop {
-            let Ok(deadline) = self.fetch_deadline(&id) else {
-                return Ok(());
-            };
-            if self.shared.lock().store.exists(&id) {
-                return Ok(()); // here, or being created here: the get waits for the seal
-            }
-            let wait = deadline.map_or(super::ops::MAX_LOOKUP_WAIT, |d| {
-                d.saturating_duration_since(Instant::now())
-            });
-            let started = Instant::now();
-            let entry = match self.lookup(id, wait).await {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::debug!(%id, error = %e.message, "lookup failed; retrying");
-                    pause().await;
-                    continue;
-                }
-            };
-            let state = pb::EntryState::try_from(entry.state).unwrap_or(pb::EntryState::Absent);
-            match state {
-                pb::EntryState::Lost => return Err(self.lost(id, &entry.holders)),
-                pb::EntryState::Absent | pb::EntryState::Creating => {
-                    // Not sealed anywhere yet: the lookup waited for it. Do
-                    // not spin if it came back early.
-                    if started.elapsed() < RETRY {
-                        pause().await;
+    /// Keeps the ids still to fetch: ends those nobody waits for any more
+    /// and those here (or being created here: their gets wait for the
+    /// seal). Returns the longest any waiter waits (`None`: forever).
+    fn prune(&self, ids: &mut Vec<ObjectId>) -> Option<Instant> {
+        let mut gone = Vec::new();
+        let mut longest: Option<Option<Instant>> = None;
+        {
+            let inflight = lock(&self.inflight);
+            let now = Instant::now();
+            ids.retain(|id| {
+                let wanted = inflight.get(id).and_then(|f| {
+                    let live = !f.waiters.iter().all(|w| w.is_closed())
+                        && f.deadline.is_none_or(|d| d > now);
+                    live.then_some(f.deadline)
+                });
+                match wanted {
+                    Some(d) => {
+                        longest = Some(match (longest, d) {
+                            (Some(Some(a)), Some(b)) => Some(a.max(b)),
+                            (None, d) => d,
+                            _ => None,
+                        });
+                        true
                     }
+                    None => {
+                        gone.push(*id);
+                        false
+                    }
+                }
+            });
+        }
+        {
+            let sh = self.shared.lock();
+            ids.retain(|id| {
+                let here = sh.store.exists(id);
+                if here {
+                    gone.push(*id);
+                }
+                !here
+            });
+        }
+        for id in gone {
+            self.finish(id, None);
+        }
+        longest.flatten()
+    }
+
+    /// Fetches `ids` until each is here, lost, refused or no longer wanted.
+    async fn fetch(self: Arc<Self>, ids: Vec<ObjectId>) {
+        // First as one batch: one lookup per owner, one pull per holder.
+        let left = self.clone().round(ids, true).await;
+        if left.ids.is_empty() {
+            return;
+        }
+        // What is not sealed yet is watched per owner, so that an object
+        // sealed under one owner is pulled without waiting on another's.
+        let mut by_owner: BTreeMap<String, Vec<ObjectId>> = BTreeMap::new();
+        for id in left.ids {
+            let owner = self.targets(&id).remove(0);
+            by_owner.entry(owner).or_default().push(id);
+        }
+        let mut watches = JoinSet::new();
+        for (_, ids) in by_owner {
+            let c = self.clone();
+            watches.spawn(tracing::Instrument::in_current_span(
+                c.watch(ids, left.failed),
+            ));
+        }
+        while watches.join_next().await.is_some() {}
+    }
+
+    /// Looks `ids` up again and again (each lookup waiting until one of
+    /// them is sealed or lost), pulling what is sealed each time.
+    async fn watch(self: Arc<Self>, mut ids: Vec<ObjectId>, mut failed: bool) {
+        let mut pauses = backoff();
+        loop {
+            if failed {
+                tokio::time::sleep(pauses.next().unwrap_or(RETRY)).await;
+            }
+            let started = Instant::now();
+            let left = self.clone().round(ids, false).await;
+            if left.ids.is_empty() {
+                return;
+            }
+            ids = left.ids;
+            if left.progress {
+                // Objects sealed one after another: go on at once.
+                pauses = backoff();
+                failed = false;
+            } else {
+                // Not sealed anywhere yet: the lookup waited for it. Do not
+                // spin if it came back early.
+                failed = left.failed || started.elapsed() < RETRY;
+            }
+        }
+    }
+
+    /// One lookup of `ids` (per owner, all at once) and one pull of what
+    /// is sealed (per holder, all at once). With `at_once`, lookups answer
+    /// at once; otherwise they wait until one id is sealed or lost.
+    async fn round(self: Arc<Self>, mut ids: Vec<ObjectId>, at_once: bool) -> Left {
+        let deadline = self.prune(&mut ids);
+        if ids.is_empty() {
+            return Left::default();
+        }
+        let wait = if at_once {
+            Duration::ZERO
+        } else {
+            deadline.map_or(super::ops::MAX_LOOKUP_WAIT, |d| {
+                d.saturating_duration_since(Instant::now())
+            })
+        };
+        let asked = ids.len();
+        let entries = self.clone().lookup_many(&ids, wait).await;
+        let mut left = Left::default();
+        let mut sealed: Vec<(ObjectId, Vec<Holder>)> = Vec::new();
+        {
+            let m = lock(&self.membership);
+            for (id, entry) in ids.into_iter().zip(entries) {
+                let Some(entry) = entry else {
+                    left.ids.push(id);
+                    left.failed = true;
                     continue;
-                }
-                pb::EntryState::Sealed => {}
-            }
-            tracing::debug!(%id, holders = ?entry.holders, "lookup: sealed");
-            let holders: Vec<(String, String)> = {
-                let m = lock(&self.membership);
-                entry
-                    .holders
-                    .iter()
-                    .filter(|h| **h != self.me)
-                    .filter_map(|h| {
-                        let member = m.get(h)?;
-                        (m.is_alive(h) && !member.info.data_addr.is_empty())
-                            .then(|| (h.clone(), member.info.data_addr.clone()))
-                    })
-                    .collect()
-            };
-            if holders.is_empty() {
-                let all_dead = {
-                    let m = lock(&self.membership);
-                    entry
-                        .holders
-                        .iter()
-                        .all(|h| *h != self.me && !m.is_alive(h))
                 };
-                if all_dead && !entry.holders.is_empty() {
-                    return Err(self.lost(id, &entry.holders));
-                }
-                pause().await;
-                continue;
-            }
-            // Start at a different holder each time, to spread the load.
-            let start = (now_us() as usize) % holders.len();
-            for k in 0..holders.len() {
-                let (name, data_addr) = &holders[(start + k) % holders.len()];
-                match self.pull_from(id, data_addr).await {
-                    Ok(true) => return Ok(()),
-                    Ok(false) => {
-                        // The directory was stale: correct it.
-                        tracing::debug!(%id, member = %name, "holder no longer has the object");
-                        let op = pb::Op {
-                            kind: pb::OpKind::Dropped as i32,
-                            object_id: id.0.to_vec(),
-                            ..Default::default()
-                        };
-                        for t in self.targets(&id) {
-                            let ops = vec![op.clone()];
-                            if let Err(e) = self.update_at(&t, name, ops, false, 0).await {
-                                tracing::debug!(member = %t, error = %e, "directory correction not delivered");
-                            }
+                match pb::EntryState::try_from(entry.state).unwrap_or(pb::EntryState::Absent) {
+                    pb::EntryState::Lost => {
+                        let e = self.lost(id, &entry.holders);
+                        self.finish(id, Some(e));
+                    }
+                    pb::EntryState::Absent | pb::EntryState::Creating => left.ids.push(id),
+                    pb::EntryState::Sealed => {
+                        let holders: Vec<Holder> = entry
+                            .holders
+                            .iter()
+                            .filter(|h| **h != self.me)
+                            .filter_map(|h| {
+                                let member = m.get(h)?;
+                                (m.is_alive(h) && !member.info.data_addr.is_empty())
+                                    .then(|| (h.clone(), member.info.data_addr.clone()))
+                            })
+                            .collect();
+                        if !holders.is_empty() {
+                            sealed.push((id, holders));
+                            continue;
+                        }
+                        let all_dead = entry
+                            .holders
+                            .iter()
+                            .all(|h| *h != self.me && !m.is_alive(h));
+                        if all_dead && !entry.holders.is_empty() {
+                            let e = self.lost(id, &entry.holders);
+                            self.finish(id, Some(e));
+                        } else {
+                            left.ids.push(id);
+                            left.failed = true;
                         }
                     }
-                    Err(Fatal(e)) => return Err(e),
-                    Err(Retry(e)) => {
-                        tracing::debug!(%id, member = %name, error = %e, "pull failed; trying another holder")
-                    }
                 }
             }
-            pause().await;
+        }
+        if !sealed.is_empty() {
+            tracing::debug!(objects = sealed.len(), "lookup: sealed");
+            let unpulled = self.pull_sealed(sealed).await;
+            if !unpulled.is_empty() {
+                left.failed = true;
+                left.ids.extend(unpulled);
+            }
+        }
+        left.progress = left.ids.len() < asked;
+        left
+    }
+
+    /// Pulls sealed objects from their holders: one request per holder (all
+    /// at once), each id from the holder chosen for the most ids; an id a
+    /// holder failed to give is asked of its next holder at once. Returns
+    /// the ids no holder gave.
+    async fn pull_sealed(
+        self: &Arc<Self>,
+        mut todo: Vec<(ObjectId, Vec<Holder>)>,
+    ) -> Vec<ObjectId> {
+        let mut unpulled = Vec::new();
+        while !todo.is_empty() {
+            let mut count: HashMap<String, usize> = HashMap::new();
+            for (_, hs) in &todo {
+                for (name, _) in hs {
+                    *count.entry(name.clone()).or_default() += 1;
+                }
+            }
+            let mut groups: BTreeMap<Holder, Vec<(ObjectId, Vec<Holder>)>> = BTreeMap::new();
+            for (id, mut hs) in std::mem::take(&mut todo) {
+                // The holder chosen for the most ids (ties: by name).
+                let best =
+                    (0..hs.len()).max_by_key(|&i| (count[&hs[i].0], std::cmp::Reverse(&hs[i].0)));
+                let Some(best) = best else {
+                    unpulled.push(id);
+                    continue;
+                };
+                let holder = hs.swap_remove(best);
+                groups.entry(holder).or_default().push((id, hs));
+            }
+            let mut pulls = JoinSet::new();
+            for (holder, items) in groups {
+                for piece in items.chunks(MAX_PULL_IDS) {
+                    let c = self.clone();
+                    let (holder, piece) = (holder.clone(), piece.to_vec());
+                    pulls.spawn(tracing::Instrument::in_current_span(async move {
+                        let ids: Vec<ObjectId> = piece.iter().map(|(id, _)| *id).collect();
+                        let outcomes = c.pull_from(&holder, &ids).await;
+                        (holder, piece, outcomes)
+                    }));
+                }
+            }
+            while let Some(done) = pulls.join_next().await {
+                let Ok((holder, piece, outcomes)) = done else {
+                    continue;
+                };
+                let mut stale = Vec::new();
+                for ((id, others), outcome) in piece.into_iter().zip(outcomes) {
+                    match outcome {
+                        Outcome::Here => self.finish(id, None),
+                        Outcome::Refused(e) => self.finish(id, Some(e)),
+                        Outcome::NotThere => {
+                            stale.push(id);
+                            todo.push((id, others));
+                        }
+                        Outcome::Pending => todo.push((id, others)),
+                    }
+                }
+                if !stale.is_empty() {
+                    self.correct(&holder.0, &stale).await;
+                }
+            }
+        }
+        unpulled
+    }
+
+    /// Tells the directory that `holder` turned out not to have `ids`.
+    async fn correct(&self, holder: &str, ids: &[ObjectId]) {
+        tracing::debug!(member = %holder, objects = ids.len(), "holder no longer has the objects");
+        let mut by_target: BTreeMap<String, Vec<pb::Op>> = BTreeMap::new();
+        for id in ids {
+            let op = pb::Op {
+                kind: pb::OpKind::Dropped as i32,
+                object_id: id.0.to_vec(),
+                ..Default::default()
+            };
+            for t in self.targets(id) {
+                by_target.entry(t).or_default().push(op.clone());
+            }
+        }
+        for (t, ops) in by_target {
+            if let Err(e) = self.update_at(&t, holder, ops, false, 0).await {
+                tracing::debug!(member = %t, error = %e, "directory correction not delivered");
+            }
         }
     }
 
@@ -192,162 +374,20 @@ impl Cluster {
         )
     }
 
-    /// Pulls `id` from one holder. `Ok(false)`: it does not have it.
-    async fn pull_from(&self, id: ObjectId, data_addr: &str) -> Result<bool, PullError> {
+    /// Pulls `ids` from one holder in one request; an outcome per id.
+    async fn pull_from(&self, holder: &Holder, ids: &[ObjectId]) -> Vec<Outcome> {
         let arena = self.shared.lock().arena.clone();
-        let mut landing = StoreLanding {
-            cluster: self,
-            arena,
-            id,
-            loc: None,
-            refusal: None,
-        };
-        match self.transport.pull(data_addr, id, &mut landing).await {
-            Ok(Pulled::Received(bytes)) => {
-                landing.finish();
-                tracing::debug!(%id, from = data_addr, bytes, "pulled");
-                self.counters.fetches.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .fetched_bytes
-                    .fetch_add(bytes, Ordering::Relaxed);
-                Ok(true)
-            }
-            Ok(Pulled::NotThere) => Ok(false),
-            Err(TransferError::Landing(_)) => match landing.refusal.take() {
-                Some(e) if e.code == wire::ErrorCode::ObjectExists as i32 => Ok(true),
-                Some(e) => Err(Fatal(e)),
-                None => Err(Retry("landing failed".into())),
-            },
-            Err(e) => Err(Retry(e.to_string())),
-        }
-    }
-}
-
-enum PullError {
-    /// Give up the fetch with this error for the waiters.
-    Fatal(wire::Error),
-    /// Try another holder.
-    Retry(String),
-}
-use PullError::{Fatal, Retry};
-
-/// A pulled object's allocation in the local store, made by the cluster's
-/// store client. Dropped unfinished, it is aborted.
-struct StoreLanding<'a> {
-    cluster: &'a Cluster,
-    arena: Arc<Arena>,
-    id: ObjectId,
-    loc: Option<Location>,
-    /// Why the store refused the allocation.
-    refusal: Option<wire::Error>,
-}
-
-impl Landing for StoreLanding<'_> {
-    fn allocate(&mut self, data_size: u64, metadata: &[u8]) -> Result<&mut [u8], TransferError> {
-        if self.loc.is_some() {
-            return Err(TransferError::Landing("already allocated".into()));
-        }
-        let c = self.cluster;
-        let meta = metadata.len() as u64;
-        let (mut sh, created) = c.shared.with_room(c.shared.lock(), |sh| {
-            if sh.store.exists(&self.id) {
-                Err(ferroplasma_store::StoreError::ObjectExists(self.id))
-            } else {
-                sh.spill_for(data_size, meta)
-                    .and_then(|()| sh.store.create(c.agent, self.id, data_size, meta, now_us()))
-            }
-        });
-        match created {
-            Ok((loc, fx)) => {
-                sh.arena.write(loc.metadata_offset(), metadata);
-                sh.deliver(fx);
-                self.loc = Some(loc);
-            }
+        self.counters.pulls.fetch_add(1, Ordering::Relaxed);
+        let mut landing = StoreLanding::new(self, arena, ids);
+        let r = self.transport.pull(&holder.1, ids, &mut landing).await;
+        let outcomes = landing.into_outcomes();
+        match r {
+            Ok(()) => tracing::debug!(member = %holder.0, objects = ids.len(), "pulled"),
             Err(e) => {
-                let msg = format!("no room here for a copy of {}: {e}", self.id);
-                self.refusal = Some(crate::convert::error(&e));
-                return Err(TransferError::Landing(msg));
+                let e: TransferError = e;
+                tracing::debug!(member = %holder.0, error = %e, "pull failed; trying other holders");
             }
         }
-        drop(sh);
-        let loc = self.loc.expect("just set");
-        // Safety: a fresh unsealed allocation made by the cluster's own
-        // store client: no client has been told of it, nothing else writes
-        // it, and it is neither freed nor moved until `finish` or `drop`.
-        Ok(unsafe { self.arena.region_mut(loc.offset, data_size) })
-    }
-
-    fn is_allocated(&self) -> bool {
-        self.loc.is_some()
-    }
-}
-
-impl StoreLanding<'_> {
-    /// Seals the copy (waking the gets) and lets it go to the LRU.
-    fn finish(&mut self) {
-        if self.loc.take().is_none() {
-            return;
-        }
-        let c = self.cluster;
-        lock(&c.cached).insert(self.id);
-        let mut sh = c.shared.lock();
-        let now = now_us();
-        let mut fx = sh.store.seal(c.agent, self.id, now).unwrap_or_default();
-        fx.extend(sh.store.release(c.agent, self.id).unwrap_or_default());
-        sh.deliver(fx);
-    }
-}
-
-impl Drop for StoreLanding<'_> {
-    fn drop(&mut self) {
-        if self.loc.take().is_some() {
-            let c = self.cluster;
-            let mut sh = c.shared.lock();
-            if let Ok(fx) = sh.store.abort(c.agent, self.id) {
-                sh.deliver(fx);
-            }
-        }
-    }
-}
-
-/// Serves this store's sealed objects to other members' pulls.
-#[derive(Debug)]
-pub struct StoreSource(pub Arc<Cluster>);
-
-impl Source for StoreSource {
-    fn pin(&self, id: ObjectId) -> Option<Pinned> {
-        let c = &self.0;
-        let sh = c.shared.wait_restored(c.shared.lock(), id);
-        let (mut sh, restored) = c.shared.with_room(sh, |sh| sh.unspill(id));
-        if restored.is_err() {
-            return None;
-        }
-        let loc = sh.store.get(c.agent, id)?;
-        let arena = sh.arena.clone();
-        let (shared, agent) = (c.shared.clone(), c.agent);
-        Some(Pinned {
-            arena,
-            offset: loc.offset,
-            data_size: loc.data_size,
-            metadata_offset: loc.metadata_offset(),
-            metadata_size: loc.metadata_size,
-            unpin: Some(Box::new(move || {
-                let mut sh = shared.lock();
-                if let Ok(fx) = sh.store.release(agent, id) {
-                    sh.deliver(fx);
-                }
-            })),
-        })
-    }
-
-    fn is_spilled(&self, id: ObjectId) -> bool {
-        let sh = self.0.shared.lock();
-        sh.store.is_spilled(&id) || sh.store.is_restoring(&id)
-    }
-
-    fn served(&self, bytes: u64) {
-        let c = &self.0.counters;
-        c.served.fetch_add(1, Ordering::Relaxed);
-        c.served_bytes.fetch_add(bytes, Ordering::Relaxed);
+        outcomes
     }
 }

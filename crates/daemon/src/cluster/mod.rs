@@ -9,7 +9,11 @@
 //! - `heartbeat` — the heartbeat/gossip loop that drives membership.
 //! - `agent` — turns local seals and deletions into directory updates, and
 //!   re-registers everything held after a membership change.
-//! - `fetch` — remote gets: look up, pull into a local allocation, seal.
+//! - `fetch` — remote gets, batched: one lookup per owner, one pull per
+//!   holder, all at once.
+//! - `landing` — pulled objects' allocations in the local store, sealed as
+//!   cached copies.
+//! - `source` — this member's objects pinned while others pull them.
 //! - [`transport`] — the bulk transport interface and its TCP implementation.
 //! - `retry` — pauses between retries (exponential, jittered).
 //! - `token` — the shared secret on every gRPC call and bulk connection.
@@ -25,12 +29,14 @@ mod agent;
 pub mod directory;
 mod fetch;
 mod heartbeat;
+mod landing;
 pub mod membership;
 mod ops;
 mod peers;
 mod retry;
 pub mod ring;
 mod service;
+mod source;
 mod token;
 pub mod transport;
 
@@ -114,6 +120,8 @@ pub type Completions = mpsc::UnboundedSender<Completion>;
 pub struct Counters {
     /// Objects pulled from other members.
     pub fetches: AtomicU64,
+    /// Pull requests sent (each carries all the objects asked of one holder).
+    pub pulls: AtomicU64,
     /// Data bytes pulled.
     pub fetched_bytes: AtomicU64,
     /// Objects sent to other members.
@@ -287,7 +295,7 @@ impl Cluster {
         handle.spawn(transport::serve_tcp(
             bulk,
             token,
-            Arc::new(fetch::StoreSource(cluster.clone())),
+            Arc::new(source::StoreSource(cluster.clone())),
             cfg.peer_timeout,
         ));
         handle.spawn(agent::run(cluster.clone(), events));
@@ -471,6 +479,7 @@ impl Cluster {
             enabled: true,
             members,
             fetches: c.fetches.load(Ordering::Relaxed),
+            pulls: c.pulls.load(Ordering::Relaxed),
             fetched_bytes: c.fetched_bytes.load(Ordering::Relaxed),
             served: c.served.load(Ordering::Relaxed),
             served_bytes: c.served_bytes.load(Ordering::Relaxed),

@@ -318,8 +318,13 @@ impl Cluster {
     }
 
     /// Entries from this member's directory; with `wait`, once every id is
-    /// sealed or lost (or the wait is over).
-    pub(super) async fn lookup_local(&self, ids: &[ObjectId], wait: Duration) -> Vec<pb::Entry> {
+    /// sealed or lost (with `any`, once one is), or the wait is over.
+    pub(super) async fn lookup_local(
+        &self,
+        ids: &[ObjectId],
+        wait: Duration,
+        any: bool,
+    ) -> Vec<pb::Entry> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let changed = self.directory_changed.notified();
@@ -329,9 +334,14 @@ impl Cluster {
                 let d = lock(&self.directory);
                 ids.iter().map(|id| entry_pb(d.lookup(id))).collect()
             };
-            let settled = entries.iter().all(|e| {
+            let is_settled = |e: &pb::Entry| {
                 e.state == pb::EntryState::Sealed as i32 || e.state == pb::EntryState::Lost as i32
-            });
+            };
+            let settled = if any {
+                entries.iter().any(is_settled)
+            } else {
+                entries.iter().all(is_settled)
+            };
             if settled || wait.is_zero() {
                 return entries;
             }
@@ -346,14 +356,16 @@ impl Cluster {
         target: &str,
         ids: &[ObjectId],
         wait: Duration,
+        any: bool,
     ) -> Result<Vec<pb::Entry>, tonic::Status> {
         if target == self.me {
-            return Ok(self.lookup_local(ids, wait).await);
+            return Ok(self.lookup_local(ids, wait, any).await);
         }
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
         let msg = pb::LookupRequest {
             object_ids: pack_ids(ids),
             wait_ms: wait.as_millis() as i64,
+            any,
         };
         let mut c = self.peers.get(target)?;
         let r = c.lookup(self.peers.request(msg, wait)).await?.into_inner();
@@ -370,7 +382,7 @@ impl Cluster {
         let wait = wait.min(MAX_LOOKUP_WAIT);
         let mut last = None;
         for t in self.targets(&id) {
-            match self.lookup_at(&t, &[id], wait).await {
+            match self.lookup_at(&t, &[id], wait, false).await {
                 Ok(mut v) => return Ok(v.remove(0)),
                 Err(e) => last = Some(e),
             }
@@ -379,6 +391,74 @@ impl Cluster {
             "looking the object up",
             &last.unwrap_or_else(|| tonic::Status::unavailable("no members")),
         ))
+    }
+
+    /// Where each of `ids` is: one lookup per owner (its backup's for the
+    /// ids of an owner that does not answer), all owners at once; with
+    /// `wait`, each answers once one of its ids is sealed or lost (or the
+    /// wait is over). `None` for an id neither owner nor backup answered.
+    pub async fn lookup_many(
+        self: Arc<Self>,
+        ids: &[ObjectId],
+        wait: Duration,
+    ) -> Vec<Option<pb::Entry>> {
+        let wait = wait.min(MAX_LOOKUP_WAIT);
+        let mut by_owner: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            by_owner
+                .entry(self.targets(id).remove(0))
+                .or_default()
+                .push(i);
+        }
+        let mut asks = tokio::task::JoinSet::new();
+        for (owner, idx) in by_owner {
+            for piece in idx.chunks(super::service::MAX_IDS) {
+                let want: Vec<ObjectId> = piece.iter().map(|&i| ids[i]).collect();
+                let (c, piece) = (self.clone(), piece.to_vec());
+                let owner = owner.clone();
+                asks.spawn(tracing::Instrument::in_current_span(async move {
+                    let r = c.lookup_at(&owner, &want, wait, true).await;
+                    if let Err(e) = &r {
+                        tracing::debug!(member = %owner, error = %e, "lookup failed; asking the backups");
+                    }
+                    (piece, want, r.ok())
+                }));
+            }
+        }
+        let mut out: Vec<Option<pb::Entry>> = vec![None; ids.len()];
+        let mut orphans = Vec::new();
+        while let Some(done) = asks.join_next().await {
+            let Ok((piece, want, answer)) = done else {
+                continue;
+            };
+            match answer {
+                Some(entries) => {
+                    for (i, e) in piece.into_iter().zip(entries) {
+                        out[i] = Some(e);
+                    }
+                }
+                None => orphans.extend(piece.into_iter().zip(want)),
+            }
+        }
+        // The owner did not answer: its backups, without waiting (the
+        // fetch asks again).
+        let mut by_backup: BTreeMap<String, Vec<(usize, ObjectId)>> = BTreeMap::new();
+        for (i, id) in orphans {
+            if let Some(b) = self.targets(&id).get(1) {
+                by_backup.entry(b.clone()).or_default().push((i, id));
+            }
+        }
+        for (backup, items) in by_backup {
+            for piece in items.chunks(super::service::MAX_IDS) {
+                let want: Vec<ObjectId> = piece.iter().map(|(_, id)| *id).collect();
+                if let Ok(entries) = self.lookup_at(&backup, &want, Duration::ZERO, true).await {
+                    for ((i, _), e) in piece.iter().zip(entries) {
+                        out[*i] = Some(e);
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Whether each id is sealed on some live member.
@@ -410,7 +490,7 @@ impl Cluster {
         }
         for (owner, idx) in by_owner {
             let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
-            let entries = match self.lookup_at(&owner, &want, Duration::ZERO).await {
+            let entries = match self.lookup_at(&owner, &want, Duration::ZERO, false).await {
                 Ok(e) => e,
                 Err(_) => {
                     let mut v = Vec::with_capacity(want.len());

@@ -134,7 +134,7 @@ impl Peer for Service {
         let wait = Duration::from_millis(r.wait_ms.max(0) as u64).min(super::ops::MAX_LOOKUP_WAIT);
         let from = req_peer.map(|a| a.to_string()).unwrap_or_default();
         tracing::debug!(ids = ?ids, from, "lookup asked");
-        let entries = self.0.lookup_local(&ids, wait).await;
+        let entries = self.0.lookup_local(&ids, wait, r.any).await;
         Ok(Response::new(pb::LookupReply { entries }))
     }
 

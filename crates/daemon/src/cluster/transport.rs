@@ -1,39 +1,63 @@
 //! Bulk transport: object bytes between members, straight from one arena to
-//! another with no staging copy on either side.
+//! another with no staging copy on either side, many objects per request.
 //!
-//! The interface is [`Transport`] (pull an object from a member into a
-//! [`Landing`]) and [`Source`] (pin a local object while it is sent). The
-//! TCP implementation, [`TcpTransport`] and [`serve_tcp`], is the one in
-//! use; an RDMA one (UCX or libfabric, registering the arena once) would
-//! implement the same two traits.
+//! The interface is [`Transport`] (pull a batch of objects from a member
+//! into a [`Landing`]) and [`Source`] (pin local objects while they are
+//! sent). The TCP implementation, [`TcpTransport`] and [`serve_tcp`], is
+//! the one in use; an RDMA one (UCX or libfabric, registering the arena
+//! once) would implement the same two traits.
 //!
 //! TCP wire format (all integers little-endian):
-//! - on connect, the puller sends `FPB1`, a u16 token length and the token;
+//! - on connect, the puller sends `FPB2`, a u16 token length and the token;
 //!   a wrong token closes the connection;
-//! - then, any number of times: the puller sends a 20-byte id; the server
-//!   answers `0u8` (not here) or `1u8`, u64 data size, u64 metadata size,
-//!   the metadata and the data. The data is sent from the arena with
-//!   `writev` and received into the new allocation in 4 MiB reads, so a
-//!   large object streams through the socket in pipelined chunks.
+//! - then, any number of times, a request: u32 `n` (1 to [`MAX_PULL_IDS`])
+//!   and `n` 20-byte ids. The holder answers the ids in order, in frames:
+//!   u32 `k` (objects in this frame), u32 header length, then the header
+//!   block, per object u8 status (`0`: not here, `1`: here), u64 data size,
+//!   u32 metadata size and the metadata; then the data block, the data of
+//!   the frame's objects that are here, one after another.
+//!
+//! A frame holds at most [`FRAME_OBJECTS`] objects and, past its first
+//! object, at most [`FRAME_BYTES`] of data, so the holder pins a bounded
+//! amount at a time while the stream never pauses between frames. The
+//! holder sends a frame with one gathering `writev` from its arena; the
+//! puller allocates the frame's objects once their sizes are known and
+//! receives the data block with scattering `readv`s straight into those
+//! allocations: a thousand 1 kB objects are one request, one frame and a
+//! few system calls on each side.
 //!
 //! Idle connections are pooled per member and reused by later pulls.
 
 use crate::arena::Arena;
+use ferroplasma_protocol::frame::MAX_INLINE_SIZE;
 use ferroplasma_protocol::ObjectId;
 use std::collections::HashMap;
 use std::future::Future;
-use std::io::IoSlice;
+use std::io::{IoSlice, IoSliceMut};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const MAGIC: &[u8; 4] = b"FPB1";
-/// Largest read into a landing allocation in one call.
-const CHUNK: usize = 4 << 20;
+const MAGIC: &[u8; 4] = b"FPB2";
+/// Most ids in one pull request.
+pub const MAX_PULL_IDS: usize = 1 << 16;
+/// Most objects in one frame of an answer.
+pub const FRAME_OBJECTS: usize = 1024;
+/// Most data bytes in one frame, past its first object.
+pub const FRAME_BYTES: u64 = 16 << 20;
+/// Header bytes after which a frame takes no further object.
+const FRAME_HEADER: usize = 256 << 10;
+/// The longest header block a puller accepts: a full frame plus one
+/// object with the largest metadata.
+const MAX_HEADER: usize = FRAME_HEADER + OBJECT_HEAD + MAX_INLINE_SIZE as usize;
+/// Status, data size and metadata size of one object in a header block.
+const OBJECT_HEAD: usize = 13;
+/// Most buffers handed to one `writev`/`readv` (Linux's IOV_MAX).
+const IOV_MAX: usize = 1024;
 /// Pulls from one member at a time (and so connections to it, at most).
-const POOL_PER_PEER: usize = 8;
+pub const POOL_PER_PEER: usize = 8;
 
 /// Why a pull failed.
 #[derive(Debug, thiserror::Error)]
@@ -58,28 +82,38 @@ pub enum TransferError {
         /// What was wrong.
         what: String,
     },
-    /// The local store could not take the object.
-    #[error("{0}")]
-    Landing(String),
 }
 
-/// Where a pulled object lands: the local store allocates it once the sizes
-/// are known. If the pull fails afterwards, dropping the landing discards
-/// the allocation.
+/// One object of a frame, as the holder announced it.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival<'m> {
+    /// Its position in the pull request.
+    pub index: usize,
+    /// Data bytes to come.
+    pub data_size: u64,
+    /// Its metadata (already received).
+    pub metadata: &'m [u8],
+}
+
+/// Where pulled objects land: the local store allocates each frame's
+/// objects once their sizes are known. Objects allocated and not yet
+/// [`Landing::arrived`] when the pull fails, or when the landing is
+/// dropped, are discarded.
 pub trait Landing: Send {
-    /// Allocates the object (with its metadata in place) and returns the
-    /// bytes to receive the data into.
-    fn allocate(&mut self, data_size: u64, metadata: &[u8]) -> Result<&mut [u8], TransferError>;
-    /// True once [`Landing::allocate`] succeeded (a pull that failed after
-    /// that must not be retried into the same landing).
-    fn is_allocated(&self) -> bool;
+    /// Allocates one frame's objects, each with its metadata in place, and
+    /// returns for each the bytes to receive its data into, or `None` when
+    /// it cannot be taken here (its bytes are then read and dropped; the
+    /// landing keeps the reason).
+    fn allocate<'s>(&'s mut self, objects: &[Arrival<'_>]) -> Vec<Option<&'s mut [u8]>>;
+    /// Every object of the last [`Landing::allocate`] was received whole.
+    fn arrived(&mut self);
+    /// The holder does not have the request's object at `index`.
+    fn not_there(&mut self, index: usize);
 }
 
-/// A local sealed object held (referenced) while it is sent; dropping it
-/// gives the reference back.
-pub struct Pinned {
-    /// The arena it lies in.
-    pub arena: Arc<Arena>,
+/// One pinned object: where its bytes lie in the arena.
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedObject {
     /// Data offset.
     pub offset: u64,
     /// Data size.
@@ -88,15 +122,24 @@ pub struct Pinned {
     pub metadata_offset: u64,
     /// Metadata size.
     pub metadata_size: u64,
-    /// Gives the reference back.
-    pub unpin: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// Local sealed objects held (referenced) while they are sent; dropping it
+/// gives the references back, all at once.
+pub struct Pinned {
+    /// The arena they lie in.
+    pub arena: Arc<Arena>,
+    /// One per id asked for, in order, up to where pinning stopped; `None`
+    /// for an object that is not here.
+    pub objects: Vec<Option<PinnedObject>>,
+    /// Gives the references back.
+    pub unpin: Option<Box<dyn FnOnce() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Pinned {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pinned")
-            .field("offset", &self.offset)
-            .field("data_size", &self.data_size)
+            .field("objects", &self.objects)
             .finish_non_exhaustive()
     }
 }
@@ -111,37 +154,31 @@ impl Drop for Pinned {
 
 /// The local objects a member serves to others.
 pub trait Source: Send + Sync {
-    /// Pins a sealed object for sending; `None` when it is not here. May
-    /// block (to bring a spilled object back) when [`Source::is_spilled`]
-    /// says so: the caller then runs it on a blocking thread.
-    fn pin(&self, id: ObjectId) -> Option<Pinned>;
-    /// Whether pinning `id` has to read it back from disk first.
-    fn is_spilled(&self, _id: ObjectId) -> bool {
+    /// Pins sealed objects for sending, in the order of `ids`, and stops
+    /// after the first object that brings the data pinned to `max_bytes`
+    /// or more (at least one entry when `ids` is not empty). May block (to
+    /// bring spilled objects back) when [`Source::is_spilled`] says so: the
+    /// caller then runs it on a blocking thread.
+    fn pin(&self, ids: &[ObjectId], max_bytes: u64) -> Pinned;
+    /// Whether pinning any of `ids` has to read it back from disk first.
+    fn is_spilled(&self, _ids: &[ObjectId]) -> bool {
         false
     }
-    /// Counts an object sent.
-    fn served(&self, bytes: u64);
+    /// Counts objects sent.
+    fn served(&self, objects: u64, bytes: u64);
 }
 
 /// The boxed future a [`Transport`] pull returns.
-pub type PullFuture<'a> = Pin<Box<dyn Future<Output = Result<Pulled, TransferError>> + Send + 'a>>;
-
-/// What a pull found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pulled {
-    /// The object arrived: this many data bytes.
-    Received(u64),
-    /// The member does not hold the object (any more).
-    NotThere,
-}
+pub type PullFuture<'a> = Pin<Box<dyn Future<Output = Result<(), TransferError>> + Send + 'a>>;
 
 /// Pulls objects from other members.
 pub trait Transport: Send + Sync + std::fmt::Debug {
-    /// Pulls `id` from the member whose bulk address is `peer`.
+    /// Pulls `ids` (at most [`MAX_PULL_IDS`]) from the member whose bulk
+    /// address is `peer` into `landing`, in one request.
     fn pull<'a>(
         &'a self,
         peer: &'a str,
-        id: ObjectId,
+        ids: &'a [ObjectId],
         landing: &'a mut dyn Landing,
     ) -> PullFuture<'a>;
     /// Forgets pooled connections to `peer` (it died or restarted).
@@ -154,9 +191,15 @@ pub struct TcpTransport {
     token: Arc<str>,
     stall: Duration,
     pool: Mutex<HashMap<String, Vec<TcpStream>>>,
-    /// Bounds concurrent pulls per member: a get of a thousand remote ids
-    /// queues on a few connections instead of opening a thousand.
+    /// Bounds concurrent pulls per member.
     slots: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+/// How far a pull got: whether anything of the answer was taken in (a
+/// broken pooled connection is retried on a fresh one only before that).
+#[derive(Debug, Default)]
+struct Progress {
+    answered: usize,
 }
 
 impl TcpTransport {
@@ -200,76 +243,210 @@ impl TcpTransport {
             peer: peer.into(),
             source,
         };
-        let mut s = tokio::time::timeout(self.stall, TcpStream::connect(peer))
+        let s = tokio::time::timeout(self.stall, TcpStream::connect(peer))
             .await
             .map_err(|_| TransferError::Stalled(peer.into()))?
             .map_err(io)?;
         s.set_nodelay(true).map_err(io)?;
+        Ok(s)
+    }
+
+    /// The hello a fresh connection starts with.
+    fn hello(&self) -> Vec<u8> {
         let mut hello = Vec::with_capacity(6 + self.token.len());
         hello.extend_from_slice(MAGIC);
         hello.extend_from_slice(&(self.token.len() as u16).to_le_bytes());
         hello.extend_from_slice(self.token.as_bytes());
-        s.write_all(&hello).await.map_err(io)?;
-        Ok(s)
+        hello
     }
 
+    /// Sends the request (after `prefix`, the hello on a fresh connection)
+    /// and takes in the answer, frame by frame.
     async fn pull_on(
         &self,
         s: &mut TcpStream,
         peer: &str,
-        id: ObjectId,
+        prefix: &[u8],
+        ids: &[ObjectId],
         landing: &mut dyn Landing,
-    ) -> Result<Pulled, TransferError> {
+        progress: &mut Progress,
+    ) -> Result<(), TransferError> {
         let io = |source| TransferError::Io {
             peer: peer.into(),
             source,
         };
-        s.write_all(id.as_bytes()).await.map_err(io)?;
-        let mut status = [0u8; 1];
-        self.read(s, peer, &mut status).await?;
-        match status[0] {
-            0 => return Ok(Pulled::NotThere),
-            1 => {}
-            other => {
-                return Err(TransferError::Protocol {
-                    peer: peer.into(),
-                    what: format!("status byte {other}"),
-                })
+        let protocol = |what: String| TransferError::Protocol {
+            peer: peer.into(),
+            what,
+        };
+        let mut request = Vec::with_capacity(prefix.len() + 4 + ids.len() * ObjectId::LEN);
+        request.extend_from_slice(prefix);
+        request.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+        for id in ids {
+            request.extend_from_slice(id.as_bytes());
+        }
+        s.write_all(&request).await.map_err(io)?;
+        let mut header = Vec::new();
+        let mut sink = Vec::new();
+        while progress.answered < ids.len() {
+            let mut head = [0u8; 8];
+            read_exact(s, peer, self.stall, &mut head).await?;
+            let k = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+            let len = u32::from_le_bytes(head[4..].try_into().expect("4 bytes")) as usize;
+            if k == 0 || k > ids.len() - progress.answered || k > FRAME_OBJECTS {
+                return Err(protocol(format!(
+                    "a frame of {k} objects with {} unanswered",
+                    ids.len() - progress.answered
+                )));
             }
+            if len > MAX_HEADER {
+                return Err(protocol(format!("a header block of {len} bytes")));
+            }
+            header.resize(len, 0);
+            read_exact(s, peer, self.stall, &mut header).await?;
+            let first = progress.answered;
+            let (arrivals, missing) = parse_header(&header, first, k).map_err(protocol)?;
+            progress.answered += k;
+            for index in missing {
+                landing.not_there(index);
+            }
+            if arrivals.is_empty() {
+                continue;
+            }
+            let sizes: Vec<u64> = arrivals.iter().map(|a| a.data_size).collect();
+            let regions = landing.allocate(&arrivals);
+            receive_data(s, peer, self.stall, regions, &sizes, &mut sink).await?;
+            landing.arrived();
         }
-        let mut sizes = [0u8; 16];
-        self.read(s, peer, &mut sizes).await?;
-        let data_size = u64::from_le_bytes(sizes[..8].try_into().expect("8 bytes"));
-        let meta_size = u64::from_le_bytes(sizes[8..].try_into().expect("8 bytes"));
-        if meta_size > ferroplasma_protocol::frame::MAX_INLINE_SIZE {
-            return Err(TransferError::Protocol {
-                peer: peer.into(),
-                what: format!("metadata of {meta_size} bytes"),
-            });
-        }
-        let mut meta = vec![0u8; meta_size as usize];
-        self.read(s, peer, &mut meta).await?;
-        let region = landing.allocate(data_size, &meta)?;
-        for chunk in region.chunks_mut(CHUNK) {
-            self.read(s, peer, chunk).await?;
-        }
-        Ok(Pulled::Received(data_size))
+        Ok(())
     }
+}
 
-    async fn read(
-        &self,
-        s: &mut TcpStream,
-        peer: &str,
-        buf: &mut [u8],
-    ) -> Result<(), TransferError> {
-        match tokio::time::timeout(self.stall, s.read_exact(buf)).await {
-            Err(_) => Err(TransferError::Stalled(peer.into())),
-            Ok(Err(source)) => Err(TransferError::Io {
-                peer: peer.into(),
-                source,
-            }),
-            Ok(Ok(_)) => Ok(()),
+/// Splits a header block into the objects here and the indices of those
+/// that are not.
+fn parse_header(
+    block: &[u8],
+    first: usize,
+    k: usize,
+) -> Result<(Vec<Arrival<'_>>, Vec<usize>), String> {
+    let mut arrivals = Vec::with_capacity(k);
+    let mut missing = Vec::new();
+    let mut at = 0usize;
+    for index in first..first + k {
+        let head = block
+            .get(at..at + OBJECT_HEAD)
+            .ok_or("a header block too short for its objects")?;
+        let data_size = u64::from_le_bytes(head[1..9].try_into().expect("8 bytes"));
+        let meta = u32::from_le_bytes(head[9..13].try_into().expect("4 bytes")) as usize;
+        at += OBJECT_HEAD;
+        match head[0] {
+            0 => missing.push(index),
+            1 => {
+                if meta as u64 > MAX_INLINE_SIZE {
+                    return Err(format!("metadata of {meta} bytes"));
+                }
+                let metadata = block
+                    .get(at..at + meta)
+                    .ok_or("a header block too short for its metadata")?;
+                at += meta;
+                arrivals.push(Arrival {
+                    index,
+                    data_size,
+                    metadata,
+                });
+            }
+            other => return Err(format!("status byte {other}")),
         }
+    }
+    if at != block.len() {
+        return Err("a header block longer than its objects".into());
+    }
+    Ok((arrivals, missing))
+}
+
+/// Receives a frame's data block: into each object's region, or into
+/// `sink` (dropped) for an object that found no room. Consecutive regions
+/// are filled by one scattering read where the socket has their bytes.
+async fn receive_data(
+    s: &mut TcpStream,
+    peer: &str,
+    stall: Duration,
+    mut regions: Vec<Option<&mut [u8]>>,
+    sizes: &[u64],
+    sink: &mut Vec<u8>,
+) -> Result<(), TransferError> {
+    let mut i = 0;
+    while i < regions.len() {
+        if regions[i].is_none() {
+            // Read and drop what this store could not take.
+            let mut left = sizes[i];
+            sink.resize(sink.len().max(1 << 20), 0);
+            while left > 0 {
+                let n = left.min(sink.len() as u64) as usize;
+                read_exact(s, peer, stall, &mut sink[..n]).await?;
+                left -= n as u64;
+            }
+            i += 1;
+            continue;
+        }
+        let run = regions[i..]
+            .iter()
+            .take_while(|r| r.is_some())
+            .take(IOV_MAX)
+            .count();
+        let mut slices: Vec<IoSliceMut<'_>> = regions[i..i + run]
+            .iter_mut()
+            .filter_map(|r| r.as_deref_mut())
+            .filter(|r| !r.is_empty())
+            .map(IoSliceMut::new)
+            .collect();
+        read_vectored_exact(s, peer, stall, &mut slices).await?;
+        i += run;
+    }
+    Ok(())
+}
+
+/// Fills every slice from the socket, with as few `readv`s as the data's
+/// arrival allows.
+async fn read_vectored_exact(
+    s: &mut TcpStream,
+    peer: &str,
+    stall: Duration,
+    slices: &mut [IoSliceMut<'_>],
+) -> Result<(), TransferError> {
+    let io = |source| TransferError::Io {
+        peer: peer.into(),
+        source,
+    };
+    let mut bufs = slices;
+    while !bufs.is_empty() {
+        tokio::time::timeout(stall, s.readable())
+            .await
+            .map_err(|_| TransferError::Stalled(peer.into()))?
+            .map_err(io)?;
+        match s.try_read_vectored(bufs) {
+            Ok(0) => return Err(io(std::io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => IoSliceMut::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(())
+}
+
+async fn read_exact(
+    s: &mut TcpStream,
+    peer: &str,
+    stall: Duration,
+    buf: &mut [u8],
+) -> Result<(), TransferError> {
+    match tokio::time::timeout(stall, s.read_exact(buf)).await {
+        Err(_) => Err(TransferError::Stalled(peer.into())),
+        Ok(Err(source)) => Err(TransferError::Io {
+            peer: peer.into(),
+            source,
+        }),
+        Ok(Ok(_)) => Ok(()),
     }
 }
 
@@ -277,28 +454,40 @@ impl Transport for TcpTransport {
     fn pull<'a>(
         &'a self,
         peer: &'a str,
-        id: ObjectId,
+        ids: &'a [ObjectId],
         landing: &'a mut dyn Landing,
     ) -> PullFuture<'a> {
         Box::pin(async move {
+            if ids.is_empty() || ids.len() > MAX_PULL_IDS {
+                return Err(TransferError::Protocol {
+                    peer: peer.into(),
+                    what: format!("a pull of {} ids", ids.len()),
+                });
+            }
             let slots = self.slots(peer);
             let _slot = slots.acquire().await.expect("never closed");
+            let mut progress = Progress::default();
             // A pooled connection may have been closed by the other side
             // while idle: then retry once on a fresh one (nothing landed yet).
             if let Some(mut s) = self.pooled(peer) {
-                match self.pull_on(&mut s, peer, id, &mut *landing).await {
-                    Ok(p) => {
+                match self
+                    .pull_on(&mut s, peer, &[], ids, &mut *landing, &mut progress)
+                    .await
+                {
+                    Ok(()) => {
                         self.give_back(peer, s);
-                        return Ok(p);
+                        return Ok(());
                     }
-                    Err(TransferError::Io { .. }) if !landing.is_allocated() => {}
+                    Err(TransferError::Io { .. }) if progress.answered == 0 => {}
                     Err(e) => return Err(e),
                 }
             }
             let mut s = self.connect(peer).await?;
-            let p = self.pull_on(&mut s, peer, id, landing).await?;
+            let hello = self.hello();
+            self.pull_on(&mut s, peer, &hello, ids, landing, &mut progress)
+                .await?;
             self.give_back(peer, s);
-            Ok(p)
+            Ok(())
         })
     }
 
@@ -312,7 +501,7 @@ impl Transport for TcpTransport {
 
 /// Serves pulls on `listener` until the task is dropped. A puller that
 /// sends nothing (hello, token) or reads nothing for `stall` is dropped,
-/// and the object being sent to it unpinned.
+/// and the objects being sent to it unpinned.
 pub async fn serve_tcp(
     listener: TcpListener,
     token: Arc<str>,
@@ -348,7 +537,9 @@ async fn serve_one(
         let mut hello = [0u8; 6];
         s.read_exact(&mut hello).await?;
         if &hello[..4] != MAGIC {
-            return Err(std::io::Error::other("not a ferroplasma bulk connection"));
+            return Err(std::io::Error::other(
+                "not a ferroplasma bulk connection (or another version's)",
+            ));
         }
         let len = u16::from_le_bytes([hello[4], hello[5]]) as usize;
         let mut presented = vec![0u8; len];
@@ -361,53 +552,110 @@ async fn serve_one(
         tracing::warn!(peer = ?s.peer_addr().ok(), "bulk connection refused: wrong cluster token");
         return Err(std::io::Error::other("wrong cluster token"));
     }
-    let mut id = [0u8; ObjectId::LEN];
+    let peer = s.peer_addr().ok();
     loop {
-        match s.read_exact(&mut id).await {
+        let mut count = [0u8; 4];
+        match s.read_exact(&mut count).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         }
-        let id = ObjectId::from_slice(&id).expect("20 bytes");
-        let pinned = if source.is_spilled(id) {
-            // Reading it back from disk must not hold up the store.
-            let source = source.clone();
-            tokio::task::spawn_blocking(move || source.pin(id))
-                .await
-                .ok()
-                .flatten()
-        } else {
-            source.pin(id)
-        };
-        let Some(p) = pinned else {
-            tracing::debug!(%id, peer = ?s.peer_addr().ok(), "pull: not here");
-            s.write_all(&[0u8]).await?;
-            continue;
-        };
-        tracing::debug!(%id, peer = ?s.peer_addr().ok(), bytes = p.data_size, "pull: serving");
-        let mut head = Vec::with_capacity(17 + p.metadata_size as usize);
-        head.push(1u8);
-        head.extend_from_slice(&p.data_size.to_le_bytes());
-        head.extend_from_slice(&p.metadata_size.to_le_bytes());
-        head.extend_from_slice(p.arena.bytes(p.metadata_offset, p.metadata_size));
-        let data = p.arena.bytes(p.offset, p.data_size);
-        write_all_vectored(&mut s, &head, data, stall).await?;
-        source.served(p.data_size);
-        drop(p);
+        let n = u32::from_le_bytes(count) as usize;
+        if n == 0 || n > MAX_PULL_IDS {
+            return Err(std::io::Error::other(format!(
+                "a pull of {n} ids (1 to {MAX_PULL_IDS})"
+            )));
+        }
+        let mut packed = vec![0u8; n * ObjectId::LEN];
+        tokio::time::timeout(stall, s.read_exact(&mut packed))
+            .await
+            .map_err(|_| std::io::Error::other("the pull request stalled"))??;
+        let ids: Vec<ObjectId> = packed
+            .chunks_exact(ObjectId::LEN)
+            .map(|c| ObjectId::from_slice(c).expect("20 bytes"))
+            .collect();
+        tracing::debug!(ids = ?ids, ?peer, "pull: serving");
+        let mut next = 0;
+        while next < ids.len() {
+            let want = &ids[next..(next + FRAME_OBJECTS).min(ids.len())];
+            let pinned = if source.is_spilled(want) {
+                // Reading them back from disk must not hold up the store.
+                let (source, want) = (source.clone(), want.to_vec());
+                tokio::task::spawn_blocking(move || source.pin(&want, FRAME_BYTES))
+                    .await
+                    .map_err(|e| std::io::Error::other(format!("pinning failed: {e}")))?
+            } else {
+                source.pin(want, FRAME_BYTES)
+            };
+            let sent = send_frame(&mut s, &pinned, stall).await?;
+            next += sent.objects;
+            source.served(sent.present, sent.bytes);
+        }
     }
 }
 
-/// Writes `head` then `data` with as few `writev` calls as the socket
-/// takes; fails when the other side takes nothing for `stall`.
+/// What one frame carried.
+struct Sent {
+    objects: usize,
+    present: u64,
+    bytes: u64,
+}
+
+/// Sends the pinned objects as one frame (cut where the header block grows
+/// past [`FRAME_HEADER`]); the data goes straight from the arena.
+async fn send_frame(s: &mut TcpStream, p: &Pinned, stall: Duration) -> std::io::Result<Sent> {
+    let mut head = vec![0u8; 8];
+    let (mut objects, mut present, mut bytes) = (0usize, 0u64, 0u64);
+    let mut data: Vec<&[u8]> = Vec::new();
+    for o in &p.objects {
+        if objects > 0 && head.len() >= FRAME_HEADER {
+            break;
+        }
+        objects += 1;
+        match o {
+            None => {
+                head.push(0);
+                head.extend_from_slice(&[0u8; 12]);
+            }
+            Some(o) => {
+                head.push(1);
+                head.extend_from_slice(&o.data_size.to_le_bytes());
+                head.extend_from_slice(&(o.metadata_size as u32).to_le_bytes());
+                head.extend_from_slice(p.arena.bytes(o.metadata_offset, o.metadata_size));
+                present += 1;
+                bytes += o.data_size;
+                if o.data_size > 0 {
+                    data.push(p.arena.bytes(o.offset, o.data_size));
+                }
+            }
+        }
+    }
+    let block = (head.len() - 8) as u32;
+    head[..4].copy_from_slice(&(objects as u32).to_le_bytes());
+    head[4..8].copy_from_slice(&block.to_le_bytes());
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(1 + data.len());
+    slices.push(IoSlice::new(&head));
+    slices.extend(data.iter().map(|d| IoSlice::new(d)));
+    write_all_vectored(s, &mut slices, stall).await?;
+    Ok(Sent {
+        objects,
+        present,
+        bytes,
+    })
+}
+
+/// Writes every slice with as few `writev` calls as the socket takes
+/// (at most [`IOV_MAX`] slices each); fails when the other side takes
+/// nothing for `stall`.
 async fn write_all_vectored(
     s: &mut TcpStream,
-    head: &[u8],
-    data: &[u8],
+    slices: &mut [IoSlice<'_>],
     stall: Duration,
 ) -> std::io::Result<()> {
-    let (mut h, mut d) = (head, data);
-    while !h.is_empty() || !d.is_empty() {
-        let n = tokio::time::timeout(stall, s.write_vectored(&[IoSlice::new(h), IoSlice::new(d)]))
+    let mut bufs = slices;
+    while !bufs.is_empty() {
+        let upto = bufs.len().min(IOV_MAX);
+        let n = tokio::time::timeout(stall, s.write_vectored(&bufs[..upto]))
             .await
             .map_err(|_| {
                 std::io::Error::new(
@@ -418,12 +666,11 @@ async fn write_all_vectored(
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        if n >= h.len() {
-            d = &d[n - h.len()..];
-            h = &[];
-        } else {
-            h = &h[n..];
-        }
+        IoSlice::advance_slices(&mut bufs, n);
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "transport_tests.rs"]
+mod tests;

@@ -9,7 +9,7 @@
 
 use super::{parse_ids, refuse, store_refusal, Connection, Refusal};
 use crate::convert;
-use crate::shared::Restore;
+use crate::shared::{Restore, Shared};
 use ferroplasma_protocol::pb::{self, reply};
 use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::Location;
@@ -41,13 +41,14 @@ struct PendingGet {
 }
 
 impl PendingGet {
-    /// The objects it still waits for.
-    fn awaited(&self) -> impl Iterator<Item = &ObjectId> {
+    /// The objects it still waits for, with their positions.
+    fn awaited(&self) -> impl Iterator<Item = (usize, &ObjectId)> {
         self.ids
             .iter()
+            .enumerate()
             .zip(self.found.iter().zip(&self.awaits))
             .filter(|(_, (f, a))| **a && f.is_none())
-            .map(|(id, _)| id)
+            .map(|(at, _)| at)
     }
 }
 
@@ -55,8 +56,10 @@ impl PendingGet {
 #[derive(Debug, Default)]
 pub(super) struct ParkedGets {
     by_key: HashMap<u64, PendingGet>,
-    /// Object → the gets waiting for it.
-    by_object: HashMap<ObjectId, Vec<u64>, IdHasher>,
+    /// Object → the gets waiting for it, with its position in each (a
+    /// seal touches only its own positions: a get of n objects costs O(n)
+    /// for all their seals, not O(n) each).
+    by_object: HashMap<ObjectId, Vec<(u64, usize)>, IdHasher>,
     deadlines: BTreeSet<(Instant, u64)>,
     next_key: u64,
     waiting_ids: usize,
@@ -76,11 +79,8 @@ impl ParkedGets {
     fn park(&mut self, p: PendingGet) {
         self.next_key += 1;
         let key = self.next_key;
-        for id in p.awaited() {
-            let waiting = self.by_object.entry(*id).or_default();
-            if waiting.last() != Some(&key) {
-                waiting.push(key);
-            }
+        for (at, id) in p.awaited() {
+            self.by_object.entry(*id).or_default().push((key, at));
         }
         if let Some(d) = p.deadline {
             self.deadlines.insert((d, key));
@@ -97,9 +97,9 @@ impl ParkedGets {
         }
         self.waiting_ids -= p.missing;
         let mut unwatched = Vec::new();
-        for id in p.awaited() {
+        for (_, id) in p.awaited() {
             if let Some(keys) = self.by_object.get_mut(id) {
-                keys.retain(|k| *k != key);
+                keys.retain(|(k, _)| *k != key);
                 if keys.is_empty() {
                     self.by_object.remove(id);
                     unwatched.push(*id);
@@ -178,7 +178,7 @@ impl Connection {
             ));
         }
         let mut remote = Vec::new();
-        for id in pending.awaited() {
+        for (_, id) in pending.awaited() {
             sh.store.watch(self.client, *id);
             if !sh.store.exists(id) {
                 remote.push(*id);
@@ -186,76 +186,94 @@ impl Connection {
         }
         drop(sh);
         if let Some(cl) = &self.cluster {
-            for id in remote {
-                cl.want(id, pending.deadline, self.done_tx.clone());
+            if !remote.is_empty() {
+                cl.want(remote, pending.deadline, self.done_tx.clone());
             }
         }
         self.gets.park(pending);
         Ok(None)
     }
 
-    /// `id` was sealed (or, with `granted`, brought back from the spill
-    /// directory with a reference handed to this client): the gets waiting
-    /// for it take a reference now; those complete are answered.
-    pub(super) fn on_sealed(&mut self, id: ObjectId, granted: bool) {
+    /// Each `(id, granted)` was sealed (or, with `granted`, brought back from
+    /// the spill directory with a reference handed to this client): the
+    /// gets waiting for it take a reference now; those complete are
+    /// answered. A burst of notices is taken under one lock of the state (a
+    /// batch pulled from another member seals hundreds at once).
+    pub(super) fn on_sealed_many(&mut self, notices: &[(ObjectId, bool)]) {
         let shared = self.shared.clone();
-        if !self.gets.by_object.contains_key(&id) {
-            if granted {
-                self.release_granted(id);
-            }
-            return;
-        }
         let mut sh = shared.lock();
-        if !granted {
-            // Spilled between its seal and this notice: bring it back first
-            // (and wait). If that cannot be done, no later notice would
-            // come: say why now.
-            match sh.request_restore(&shared, id) {
-                Ok(Restore::NotSpilled) => {}
-                Ok(Restore::Underway) => {
-                    sh.store.watch(self.client, id);
-                    return;
+        let mut complete = Vec::new();
+        let mut failed = Vec::new();
+        for &(id, granted) in notices {
+            if !self.gets.by_object.contains_key(&id) {
+                if granted {
+                    // Gives back the reference a restore handed over for
+                    // gets that no longer wait.
+                    if let Ok(fx) = sh.store.release(self.client, id) {
+                        sh.deliver(fx);
+                    }
                 }
-                Err(e) => {
-                    drop(sh);
-                    self.fail_gets(id, store_refusal(e).0);
-                    return;
+                continue;
+            }
+            if !granted {
+                // Spilled between its seal and this notice: bring it back
+                // first (and wait). If that cannot be done, no later notice
+                // would come: say why now.
+                match sh.request_restore(&shared, id) {
+                    Ok(Restore::NotSpilled) => {}
+                    Ok(Restore::Underway) => {
+                        sh.store.watch(self.client, id);
+                        continue;
+                    }
+                    Err(e) => {
+                        failed.push((id, e));
+                        continue;
+                    }
+                }
+            }
+            self.take_sealed(&mut sh, id, &mut complete);
+            if granted {
+                if let Ok(fx) = sh.store.release(self.client, id) {
+                    sh.deliver(fx);
                 }
             }
         }
-        let keys = self.gets.by_object.remove(&id).unwrap_or_default();
+        drop(sh);
+        for (id, e) in failed {
+            self.fail_gets(id, store_refusal(e).0);
+        }
+        for key in complete {
+            self.answer(key);
+        }
+    }
+
+    /// The gets waiting for the sealed `id` take a reference on it; the
+    /// keys of those now complete are added to `complete`.
+    fn take_sealed(&mut self, sh: &mut Shared, id: ObjectId, complete: &mut Vec<u64>) {
+        let waiting = self.gets.by_object.remove(&id).unwrap_or_default();
         let mut still_waiting = Vec::new();
-        let mut complete = Vec::new();
-        for key in keys {
+        for (key, at) in waiting {
             let Some(p) = self.gets.by_key.get_mut(&key) else {
                 continue;
             };
-            let mut wanted = false;
-            for ((i, f), a) in p
-                .ids
-                .iter()
-                .zip(p.found.iter_mut())
-                .zip(p.awaits.iter_mut())
-            {
-                if *i != id || !*a || f.is_some() {
-                    continue;
-                }
-                *f = sh.store.get(self.client, id);
-                if f.is_some() {
-                    p.missing -= 1;
-                    self.gets.waiting_ids -= 1;
-                } else if !p.waits {
-                    // A get that does not wait answers without it.
-                    *a = false;
-                    p.missing -= 1;
-                    self.gets.waiting_ids -= 1;
-                } else {
-                    wanted = true;
-                }
+            let (f, a) = (&mut p.found[at], &mut p.awaits[at]);
+            if !*a || f.is_some() {
+                continue;
             }
-            if wanted {
-                still_waiting.push(key);
-            } else if p.missing == 0 {
+            *f = sh.store.get(self.client, id);
+            if f.is_some() {
+                p.missing -= 1;
+                self.gets.waiting_ids -= 1;
+            } else if !p.waits {
+                // A get that does not wait answers without it.
+                *a = false;
+                p.missing -= 1;
+                self.gets.waiting_ids -= 1;
+            } else {
+                still_waiting.push((key, at));
+                continue;
+            }
+            if p.missing == 0 {
                 complete.push(key);
             }
         }
@@ -263,24 +281,6 @@ impl Connection {
         if !still_waiting.is_empty() {
             sh.store.watch(self.client, id);
             self.gets.by_object.insert(id, still_waiting);
-        }
-        if granted {
-            if let Ok(fx) = sh.store.release(self.client, id) {
-                sh.deliver(fx);
-            }
-        }
-        drop(sh);
-        for key in complete {
-            self.answer(key);
-        }
-    }
-
-    /// Gives back the reference a restore handed over for gets that no
-    /// longer wait.
-    fn release_granted(&mut self, id: ObjectId) {
-        let mut sh = self.shared.lock();
-        if let Ok(fx) = sh.store.release(self.client, id) {
-            sh.deliver(fx);
         }
     }
 
@@ -312,7 +312,13 @@ impl Connection {
     /// Answers every parked get that waits for `id` with `error`, giving
     /// back the references those gets had taken.
     pub(super) fn fail_gets(&mut self, id: ObjectId, error: pb::Error) {
-        let keys = self.gets.by_object.get(&id).cloned().unwrap_or_default();
+        let mut keys: Vec<u64> = self
+            .gets
+            .by_object
+            .get(&id)
+            .map(|w| w.iter().map(|(k, _)| *k).collect())
+            .unwrap_or_default();
+        keys.dedup();
         for key in keys {
             let Some((p, unwatched)) = self.gets.unpark(key) else {
                 continue;

@@ -100,6 +100,11 @@ use tokio::time::Instant;
 /// How long a new connection may take to send its `Connect`.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Queued notices handled in one turn of a connection's loop after the one
+/// that woke it (the rest wait for the next turn, so that a flood of
+/// notices cannot starve the client's own requests).
+const NOTICE_BURST: usize = 1024;
+
 /// Why a connection ended.
 #[derive(Debug)]
 enum Close {
@@ -391,7 +396,7 @@ impl Connection {
                 _ = &mut freed, if !self.creates.is_empty() => self.retry_creates(None),
                 Some(done) = self.done_rx.recv() => self.on_completion(done),
                 notice = self.rx.recv() => match notice {
-                    Some(n) => self.on_notice(n),
+                    Some(n) => self.on_notices(n),
                     None => return Close::Violation(
                         "too many undelivered events (client not reading its subscription)".into()),
                 },
@@ -532,12 +537,28 @@ impl Connection {
         Ok(())
     }
 
-    fn on_notice(&mut self, notice: Notice) {
-        match notice {
-            Notice::Event(e) => self.push_event(&e),
-            Notice::Sealed(id) => self.on_sealed(id, false),
-            Notice::Restored(id) => self.on_sealed(id, true),
-            Notice::Aborted(_) => {} // for the cluster agent only
+    /// Handles `first` and the notices queued behind it (up to
+    /// [`NOTICE_BURST`]): they come in bursts (a batch pulled from another
+    /// member, a client sealing many), and the seals among them are taken
+    /// under one lock of the state.
+    fn on_notices(&mut self, first: Notice) {
+        let mut sealed = Vec::new();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(notice) = next.take() {
+            match notice {
+                Notice::Event(e) => self.push_event(&e),
+                Notice::Sealed(id) => sealed.push((id, false)),
+                Notice::Restored(id) => sealed.push((id, true)),
+                Notice::Aborted(_) => {} // for the cluster agent only
+            }
+            taken += 1;
+            if taken <= NOTICE_BURST {
+                next = self.rx.try_recv().ok();
+            }
+        }
+        if !sealed.is_empty() {
+            self.on_sealed_many(&sealed);
         }
     }
 }

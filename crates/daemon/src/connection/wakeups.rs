@@ -240,7 +240,7 @@ fn an_object_spilled_before_its_waiter_heard_of_the_seal_is_delivered() {
     let mut conn = s.connection();
     s.seal_while_parked_then_spill(&mut conn);
     let notice = conn.rx.try_recv().expect("the seal notice");
-    conn.on_notice(notice);
+    conn.on_notices(notice);
     let got = replies(&conn);
     assert_eq!(got.len(), 1, "the get is answered");
     let Some(reply::Body::Get(g)) = &got[0].body else {
@@ -312,7 +312,7 @@ fn a_waiter_whose_object_cannot_come_back_is_told_why() {
     let (holder, _rx) = s.shared.lock().register();
     assert!(s.shared.lock().store.get(holder, big).is_some(), "in use");
     let notice = conn.rx.try_recv().expect("the seal notice");
-    conn.on_notice(notice);
+    conn.on_notices(notice);
     let got = replies(&conn);
     assert_eq!(got.len(), 1, "the get is answered");
     let Some(reply::Body::Error(e)) = &got[0].body else {
@@ -357,7 +357,7 @@ fn a_spilled_object_is_read_back_off_the_event_loop() {
             .block_on(async { tokio::time::timeout(Duration::from_secs(10), conn.rx.recv()).await })
             .expect("the restore finished")
             .expect("notice");
-        conn.on_notice(notice);
+        conn.on_notices(notice);
         let got = replies(&conn);
         let Some(reply::Body::Get(g)) = &got.last().unwrap().body else {
             panic!("{got:?}")
@@ -391,7 +391,7 @@ fn answered(rt: &tokio::runtime::Runtime, conn: &mut Connection) -> Vec<pb::Repl
             tokio::time::timeout(Duration::from_millis(100), conn.rx.recv()).await
         });
         if let Ok(Some(n)) = next {
-            conn.on_notice(n);
+            conn.on_notices(n);
         }
     }
     replies(conn)

@@ -1,6 +1,8 @@
 //! Starts real `ferroplasma store` processes on temporary sockets.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use ferroplasma_client::Client;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

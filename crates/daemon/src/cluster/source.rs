@@ -1,0 +1,71 @@
+//! What this member serves to others' pulls: its sealed objects, pinned
+//! (referenced by the cluster's store client) a frame at a time while they
+//! are sent, so they are neither evicted nor freed under the send.
+
+use super::transport::{Pinned, PinnedObject, Source};
+use super::Cluster;
+use ferroplasma_protocol::ObjectId;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Serves this store's sealed objects to other members' pulls.
+#[derive(Debug)]
+pub struct StoreSource(pub Arc<Cluster>);
+
+impl Source for StoreSource {
+    fn pin(&self, ids: &[ObjectId], max_bytes: u64) -> Pinned {
+        let c = &self.0;
+        let mut sh = c.shared.lock();
+        let mut objects = Vec::with_capacity(ids.len());
+        let mut held = Vec::new();
+        let mut bytes = 0u64;
+        for &id in ids {
+            sh = c.shared.wait_restored(sh, id);
+            let (guard, restored) = c.shared.with_room(sh, |sh| sh.unspill(id));
+            sh = guard;
+            let loc = restored.ok().and_then(|()| sh.store.get(c.agent, id));
+            objects.push(loc.map(|l| {
+                held.push(id);
+                bytes += l.data_size;
+                PinnedObject {
+                    offset: l.offset,
+                    data_size: l.data_size,
+                    metadata_offset: l.metadata_offset(),
+                    metadata_size: l.metadata_size,
+                }
+            }));
+            if bytes >= max_bytes {
+                break;
+            }
+        }
+        let arena = sh.arena.clone();
+        drop(sh);
+        let (shared, agent) = (c.shared.clone(), c.agent);
+        Pinned {
+            arena,
+            objects,
+            unpin: (!held.is_empty()).then(|| {
+                Box::new(move || {
+                    let mut sh = shared.lock();
+                    for id in held {
+                        if let Ok(fx) = sh.store.release(agent, id) {
+                            sh.deliver(fx);
+                        }
+                    }
+                }) as Box<dyn FnOnce() + Send + Sync>
+            }),
+        }
+    }
+
+    fn is_spilled(&self, ids: &[ObjectId]) -> bool {
+        let sh = self.0.shared.lock();
+        ids.iter()
+            .any(|id| sh.store.is_spilled(id) || sh.store.is_restoring(id))
+    }
+
+    fn served(&self, objects: u64, bytes: u64) {
+        let c = &self.0.counters;
+        c.served.fetch_add(objects, Ordering::Relaxed);
+        c.served_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,235 @@
+//! The TCP transport on its own: a real listener and connection, a source
+//! over a real arena, a landing into plain buffers.
+
+use super::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Objects laid out in an arena, served as a member would.
+#[derive(Debug)]
+struct ArenaSource {
+    arena: Arc<Arena>,
+    objects: HashMap<ObjectId, PinnedObject>,
+    pins: Arc<AtomicU64>,
+    served: AtomicU64,
+}
+
+impl Source for ArenaSource {
+    fn pin(&self, ids: &[ObjectId], max_bytes: u64) -> Pinned {
+        let mut objects = Vec::new();
+        let mut bytes = 0;
+        for id in ids {
+            let o = self.objects.get(id).copied();
+            bytes += o.map_or(0, |o| o.data_size);
+            objects.push(o);
+            self.pins.fetch_add(1, Ordering::Relaxed);
+            if bytes >= max_bytes {
+                break;
+            }
+        }
+        let (pins, n) = (self.pins.clone(), objects.len() as u64);
+        Pinned {
+            arena: self.arena.clone(),
+            objects,
+            unpin: Some(Box::new(move || {
+                pins.fetch_sub(n, Ordering::Relaxed);
+            })),
+        }
+    }
+
+    fn served(&self, objects: u64, _bytes: u64) {
+        self.served.fetch_add(objects, Ordering::Relaxed);
+    }
+}
+
+fn content(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (k * 7 + i * 13) as u8).collect()
+}
+
+/// `sizes` objects (`None`: an id the source does not have).
+fn source(sizes: &[Option<usize>]) -> (Arc<ArenaSource>, Vec<ObjectId>) {
+    let total: usize = sizes.iter().flatten().map(|s| s + 64 + 16).sum();
+    let arena = Arc::new(Arena::create((total as u64).max(4096), None, false).unwrap());
+    let mut objects = HashMap::new();
+    let mut ids = Vec::new();
+    let mut at = 0u64;
+    for (i, s) in sizes.iter().enumerate() {
+        let id = ObjectId::random();
+        ids.push(id);
+        let Some(len) = *s else { continue };
+        let meta = content(i, i % 9);
+        arena.write(at, &content(i, len));
+        arena.write(at + len as u64, &meta);
+        objects.insert(
+            id,
+            PinnedObject {
+                offset: at,
+                data_size: len as u64,
+                metadata_offset: at + len as u64,
+                metadata_size: meta.len() as u64,
+            },
+        );
+        at += (len + meta.len()) as u64;
+    }
+    let src = ArenaSource {
+        arena,
+        objects,
+        pins: Arc::new(AtomicU64::new(0)),
+        served: AtomicU64::new(0),
+    };
+    (Arc::new(src), ids)
+}
+
+/// Receives into vectors; refuses the indices in `refuse`.
+#[derive(Default)]
+struct VecLanding {
+    got: HashMap<usize, (Vec<u8>, Vec<u8>)>,
+    frame: Vec<usize>,
+    missing: Vec<usize>,
+    refuse: Vec<usize>,
+    frames: usize,
+}
+
+impl Landing for VecLanding {
+    fn allocate<'s>(&'s mut self, objects: &[Arrival<'_>]) -> Vec<Option<&'s mut [u8]>> {
+        self.frames += 1;
+        self.frame.clear();
+        for a in objects {
+            if !self.refuse.contains(&a.index) {
+                self.frame.push(a.index);
+                self.got.insert(
+                    a.index,
+                    (vec![0xEE; a.data_size as usize], a.metadata.to_vec()),
+                );
+            }
+        }
+        let refuse = self.refuse.clone();
+        let mut by_index: HashMap<usize, &'s mut [u8]> = self
+            .got
+            .iter_mut()
+            .filter(|(i, _)| !refuse.contains(i))
+            .map(|(i, (d, _))| (*i, d.as_mut_slice()))
+            .collect();
+        objects.iter().map(|a| by_index.remove(&a.index)).collect()
+    }
+
+    fn arrived(&mut self) {
+        self.frame.clear();
+    }
+
+    fn not_there(&mut self, index: usize) {
+        self.missing.push(index);
+    }
+}
+
+async fn serve(src: Arc<ArenaSource>) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(serve_tcp(l, "tok".into(), src, Duration::from_secs(5)));
+    addr
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn one_request_brings_thousands_of_objects_of_every_size_intact() {
+    let mut sizes: Vec<Option<usize>> = (0..3000)
+        .map(|i| match i % 10 {
+            0 => None,
+            1 => Some(0),
+            2 => Some(100_000),
+            _ => Some(1000 + i),
+        })
+        .collect();
+    sizes.push(Some(40 << 20)); // several frames' worth in one object
+    let (src, ids) = source(&sizes);
+    runtime().block_on(async {
+        let addr = serve(src.clone()).await;
+        let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
+        let mut landing = VecLanding::default();
+        t.pull(&addr, &ids, &mut landing).await.unwrap();
+        for (i, s) in sizes.iter().enumerate() {
+            match s {
+                None => assert!(landing.missing.contains(&i), "{i} reported missing"),
+                Some(len) => {
+                    let (data, meta) = &landing.got[&i];
+                    assert!(*data == content(i, *len), "object {i} differs");
+                    assert_eq!(*meta, content(i, i % 9));
+                }
+            }
+        }
+        // Frames bounded by object count and bytes: more than one, far
+        // fewer than one per object.
+        assert!(
+            landing.frames >= 3 && landing.frames < 60,
+            "{}",
+            landing.frames
+        );
+        // A second request on the pooled connection.
+        let mut again = VecLanding::default();
+        t.pull(&addr, &ids[1..3], &mut again).await.unwrap();
+        assert!(again.got[&0].0 == content(1, 0) && again.got[&1].0 == content(2, 100_000));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(src.pins.load(Ordering::Relaxed), 0, "everything unpinned");
+        assert_eq!(
+            src.served.load(Ordering::Relaxed),
+            sizes.iter().flatten().count() as u64 + 2
+        );
+    });
+}
+
+#[test]
+fn objects_the_landing_refuses_are_skipped_and_the_rest_stay_in_step() {
+    let sizes: Vec<Option<usize>> = (0..50).map(|i| Some(10_000 + 17 * i)).collect();
+    let (src, ids) = source(&sizes);
+    runtime().block_on(async {
+        let addr = serve(src).await;
+        let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
+        let mut landing = VecLanding {
+            refuse: vec![0, 7, 8, 49],
+            ..Default::default()
+        };
+        t.pull(&addr, &ids, &mut landing).await.unwrap();
+        for (i, s) in sizes.iter().enumerate() {
+            if landing.refuse.contains(&i) {
+                assert!(!landing.got.contains_key(&i));
+            } else {
+                assert!(landing.got[&i].0 == content(i, s.unwrap()), "{i}");
+            }
+        }
+    });
+}
+
+#[test]
+fn a_wrong_token_or_an_oversized_request_gets_nothing() {
+    let (src, ids) = source(&[Some(100)]);
+    runtime().block_on(async {
+        let addr = serve(src).await;
+        let t = TcpTransport::new("other".into(), Duration::from_secs(5));
+        let mut landing = VecLanding::default();
+        assert!(t.pull(&addr, &ids, &mut landing).await.is_err());
+        assert!(landing.got.is_empty());
+        let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
+        let many = vec![ids[0]; MAX_PULL_IDS + 1];
+        assert!(matches!(
+            t.pull(&addr, &many, &mut landing).await,
+            Err(TransferError::Protocol { .. })
+        ));
+        // A hand-made request over the limit closes the connection.
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        let mut hello = b"FPB2\x03\x00tok".to_vec();
+        hello.extend_from_slice(&u32::MAX.to_le_bytes());
+        s.write_all(&hello).await.unwrap();
+        let mut buf = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+    });
+}
