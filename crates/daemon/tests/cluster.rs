@@ -599,6 +599,7 @@ fn bulk_connections_without_the_token_get_nothing() {
         let mut s = std::net::TcpStream::connect(data).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(&hello).unwrap();
+        let _ = s.write_all(&[1u8]);
         let _ = s.write_all(&1u32.to_le_bytes());
         let _ = s.write_all(id.as_bytes());
         let mut got = Vec::new();
@@ -635,6 +636,7 @@ fn a_puller_that_stops_reading_does_not_pin_the_object() {
     let mut s = std::net::TcpStream::connect(&data).unwrap();
     hello.extend_from_slice(TOKEN.as_bytes());
     s.write_all(&hello).unwrap();
+    s.write_all(&[1u8]).unwrap(); // a pull
     s.write_all(&1u32.to_le_bytes()).unwrap();
     s.write_all(id.as_bytes()).unwrap();
     // Never read: 32 MiB do not fit the socket buffers, so the holder's

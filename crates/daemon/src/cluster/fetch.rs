@@ -6,6 +6,12 @@
 //! Each copy is a cached secondary: evictable, and registered so that
 //! others may pull from it. A single get is a batch of one.
 //!
+//! The first lookup of a batch goes to each owner over the bulk transport
+//! as a pull ([`LOOKUP`]): the owner sends at once the objects it holds
+//! itself and the directory entries of the others, so an object its owner
+//! holds costs one round trip. Lookups that wait for objects not sealed yet
+//! (and those an owner could not answer) are gRPC `Lookup`s.
+//!
 //! One fetch runs per id however many gets wait for it. It ends when the
 //! object is here, when the last waiter's deadline passes or every waiter
 //! is gone, or with an error for its waiters: lost (every holder died) or
@@ -14,7 +20,7 @@
 //! pulled at once.
 
 use super::landing::{Outcome, StoreLanding};
-use super::transport::{TransferError, MAX_PULL_IDS};
+use super::transport::{TransferError, LOOKUP, MAX_PULL_IDS, PULL};
 use super::{lock, pb, wire_error, Cluster, Completion, Completions, Inflight};
 use ferroplasma_protocol::pb as wire;
 use ferroplasma_protocol::ObjectId;
@@ -36,6 +42,17 @@ fn backoff() -> impl Iterator<Item = Duration> {
 
 /// A member holding copies: its name and bulk address.
 type Holder = (String, String);
+
+/// What the first lookup found of an id.
+#[derive(Debug, Clone)]
+enum Found {
+    /// Where it is.
+    Entry(pb::Entry),
+    /// Nothing more to do (pulled with the lookup, or failed for good).
+    Settled,
+    /// Nobody answered.
+    Unanswered,
+}
 
 /// What one round of a fetch left to do.
 #[derive(Debug, Default)]
@@ -215,16 +232,28 @@ impl Cluster {
             })
         };
         let asked = ids.len();
-        let entries = self.clone().lookup_many(&ids, wait).await;
+        let found = if at_once {
+            self.clone().lookup_at_owners(&ids).await
+        } else {
+            let entries = self.clone().lookup_many(&ids, wait).await;
+            entries
+                .into_iter()
+                .map(|e| e.map_or(Found::Unanswered, Found::Entry))
+                .collect()
+        };
         let mut left = Left::default();
         let mut sealed: Vec<(ObjectId, Vec<Holder>)> = Vec::new();
         {
             let m = lock(&self.membership);
-            for (id, entry) in ids.into_iter().zip(entries) {
-                let Some(entry) = entry else {
-                    left.ids.push(id);
-                    left.failed = true;
-                    continue;
+            for (id, found) in ids.into_iter().zip(found) {
+                let entry = match found {
+                    Found::Entry(e) => e,
+                    Found::Settled => continue,
+                    Found::Unanswered => {
+                        left.ids.push(id);
+                        left.failed = true;
+                        continue;
+                    }
                 };
                 match pb::EntryState::try_from(entry.state).unwrap_or(pb::EntryState::Absent) {
                     pb::EntryState::Lost => {
@@ -274,6 +303,103 @@ impl Cluster {
         left
     }
 
+    /// The first lookup of `ids`: at each remote owner a [`LOOKUP`] over the
+    /// bulk transport (all at once), which brings the objects the owner
+    /// holds and the entries of the rest; this member's own entries from
+    /// its directory. Ids an owner did not answer for are looked up over
+    /// gRPC (at the owner, then the backup).
+    async fn lookup_at_owners(self: Arc<Self>, ids: &[ObjectId]) -> Vec<Found> {
+        let mut out = vec![Found::Unanswered; ids.len()];
+        let mut by_owner: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, id) in ids.iter().enumerate() {
+            by_owner
+                .entry(self.targets(id).remove(0))
+                .or_default()
+                .push(i);
+        }
+        let mut asks = JoinSet::new();
+        let mut unanswered = Vec::new();
+        for (owner, idx) in by_owner {
+            if owner == self.me {
+                let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
+                let entries = self.lookup_local(&want, Duration::ZERO, false).await;
+                for (i, e) in idx.into_iter().zip(entries) {
+                    out[i] = Found::Entry(e);
+                }
+                continue;
+            }
+            let data_addr = {
+                let m = lock(&self.membership);
+                m.get(&owner)
+                    .filter(|_| m.is_alive(&owner))
+                    .map(|x| x.info.data_addr.clone())
+                    .filter(|a| !a.is_empty())
+            };
+            let Some(data_addr) = data_addr else {
+                unanswered.extend(idx);
+                continue;
+            };
+            for piece in idx.chunks(MAX_PULL_IDS) {
+                let (c, piece) = (self.clone(), piece.to_vec());
+                let want: Vec<ObjectId> = piece.iter().map(|&i| ids[i]).collect();
+                let owner = (owner.clone(), data_addr.clone());
+                asks.spawn(tracing::Instrument::in_current_span(async move {
+                    c.counters.lookups.fetch_add(1, Ordering::Relaxed);
+                    let outcomes = c.pull_from(&owner, LOOKUP, &want).await;
+                    (piece, outcomes)
+                }));
+            }
+        }
+        while let Some(done) = asks.join_next().await {
+            let Ok((piece, outcomes)) = done else {
+                continue;
+            };
+            let brought = outcomes
+                .iter()
+                .filter(|o| matches!(o, Outcome::Here))
+                .count();
+            if brought > 0 {
+                tracing::debug!(
+                    objects = brought,
+                    "lookup: sealed at the owner, pulled with the lookup"
+                );
+            }
+            for (i, outcome) in piece.into_iter().zip(outcomes) {
+                match outcome {
+                    Outcome::Here => {
+                        self.finish(ids[i], None);
+                        out[i] = Found::Settled;
+                    }
+                    Outcome::Refused(e) => {
+                        self.finish(ids[i], Some(e));
+                        out[i] = Found::Settled;
+                    }
+                    Outcome::Entry(e) => out[i] = Found::Entry(e),
+                    Outcome::NotThere | Outcome::Pending => unanswered.push(i),
+                }
+            }
+        }
+        // The owner did not answer (it may be paused or gone): its backups,
+        // at once.
+        let mut by_backup: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for i in unanswered {
+            if let Some(b) = self.targets(&ids[i]).get(1) {
+                by_backup.entry(b.clone()).or_default().push(i);
+            }
+        }
+        for (backup, idx) in by_backup {
+            for piece in idx.chunks(super::service::MAX_IDS) {
+                let want: Vec<ObjectId> = piece.iter().map(|&i| ids[i]).collect();
+                if let Ok(entries) = self.lookup_at(&backup, &want, Duration::ZERO, false).await {
+                    for (&i, e) in piece.iter().zip(entries) {
+                        out[i] = Found::Entry(e);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Pulls sealed objects from their holders: one request per holder (all
     /// at once), each id from the holder chosen for the most ids; an id a
     /// holder failed to give is asked of its next holder at once. Returns
@@ -309,7 +435,7 @@ impl Cluster {
                     let (holder, piece) = (holder.clone(), piece.to_vec());
                     pulls.spawn(tracing::Instrument::in_current_span(async move {
                         let ids: Vec<ObjectId> = piece.iter().map(|(id, _)| *id).collect();
-                        let outcomes = c.pull_from(&holder, &ids).await;
+                        let outcomes = c.pull_from(&holder, PULL, &ids).await;
                         (holder, piece, outcomes)
                     }));
                 }
@@ -327,7 +453,7 @@ impl Cluster {
                             stale.push(id);
                             todo.push((id, others));
                         }
-                        Outcome::Pending => todo.push((id, others)),
+                        Outcome::Pending | Outcome::Entry(_) => todo.push((id, others)),
                     }
                 }
                 if !stale.is_empty() {
@@ -374,12 +500,16 @@ impl Cluster {
         )
     }
 
-    /// Pulls `ids` from one holder in one request; an outcome per id.
-    async fn pull_from(&self, holder: &Holder, ids: &[ObjectId]) -> Vec<Outcome> {
+    /// Pulls `ids` from one holder in one request of `kind`; an outcome
+    /// per id.
+    async fn pull_from(&self, holder: &Holder, kind: u8, ids: &[ObjectId]) -> Vec<Outcome> {
         let arena = self.shared.lock().arena.clone();
         self.counters.pulls.fetch_add(1, Ordering::Relaxed);
         let mut landing = StoreLanding::new(self, arena, ids);
-        let r = self.transport.pull(&holder.1, ids, &mut landing).await;
+        let r = self
+            .transport
+            .pull(&holder.1, kind, ids, &mut landing)
+            .await;
         let outcomes = landing.into_outcomes();
         match r {
             Ok(()) => tracing::debug!(member = %holder.0, objects = ids.len(), "pulled"),

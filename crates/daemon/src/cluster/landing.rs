@@ -3,7 +3,7 @@
 //! object), sealed as cached copies once their bytes are in.
 
 use super::transport::{Arrival, Landing};
-use super::{lock, Cluster};
+use super::{lock, pb, Cluster};
 use crate::arena::Arena;
 use crate::shared::now_us;
 use ferroplasma_protocol::pb as wire;
@@ -21,6 +21,8 @@ pub enum Outcome {
     Here,
     /// The holder does not have it.
     NotThere,
+    /// The id's owner does not have it, and says where it is (a lookup).
+    Entry(pb::Entry),
     /// This store cannot take it (no room): the fetch fails with this.
     Refused(wire::Error),
 }
@@ -156,8 +158,13 @@ impl Landing for StoreLanding<'_> {
         c.counters.fetched_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn not_there(&mut self, index: usize) {
-        self.outcomes[index] = Outcome::NotThere;
+    fn not_there(&mut self, index: usize, entry: Option<&[u8]>) {
+        self.outcomes[index] = match entry.map(<pb::Entry as prost::Message>::decode) {
+            None => Outcome::NotThere,
+            Some(Ok(e)) => Outcome::Entry(e),
+            // Not an entry: ask the directory the usual way.
+            Some(Err(_)) => Outcome::Pending,
+        };
     }
 }
 

@@ -351,7 +351,7 @@ impl Cluster {
         }
     }
 
-    async fn lookup_at(
+    pub(super) async fn lookup_at(
         &self,
         target: &str,
         ids: &[ObjectId],

@@ -63,6 +63,13 @@ impl Source for StoreSource {
             .any(|id| sh.store.is_spilled(id) || sh.store.is_restoring(id))
     }
 
+    fn entries(&self, ids: &[ObjectId]) -> Vec<Vec<u8>> {
+        let d = super::lock(&self.0.directory);
+        ids.iter()
+            .map(|id| prost::Message::encode_to_vec(&super::ops::entry_pb(d.lookup(id))))
+            .collect()
+    }
+
     fn served(&self, objects: u64, bytes: u64) {
         let c = &self.0.counters;
         c.served.fetch_add(objects, Ordering::Relaxed);

@@ -10,12 +10,19 @@
 //! TCP wire format (all integers little-endian):
 //! - on connect, the puller sends `FPB2`, a u16 token length and the token;
 //!   a wrong token closes the connection;
-//! - then, any number of times, a request: u32 `n` (1 to [`MAX_PULL_IDS`])
-//!   and `n` 20-byte ids. The holder answers the ids in order, in frames:
-//!   u32 `k` (objects in this frame), u32 header length, then the header
-//!   block, per object u8 status (`0`: not here, `1`: here), u64 data size,
-//!   u32 metadata size and the metadata; then the data block, the data of
-//!   the frame's objects that are here, one after another.
+//! - then, any number of times, a request: u8 kind ([`PULL`], or
+//!   [`LOOKUP`] to the ids' directory owner), u32 `n` (1 to
+//!   [`MAX_PULL_IDS`]) and `n` 20-byte ids. The member answers the ids in
+//!   order, in frames: u32 `k` (objects in this frame), u32 header length,
+//!   then the header block, per object u8 status (`0`: not here, `1`: here,
+//!   `2`: not here, and its directory entry follows), u64 data size, u32
+//!   length of what follows and that: the metadata (`1`) or the entry, a
+//!   protobuf `ferroplasma.cluster.v1.Entry` (`2`); then the data block,
+//!   the data of the frame's objects that are here, one after another.
+//!
+//! A [`LOOKUP`] is a directory lookup and a pull in one round trip: the
+//! owner of an id sends the object when it holds it and says where it is
+//! otherwise, so a get of an object its owner holds costs one round trip.
 //!
 //! A frame holds at most [`FRAME_OBJECTS`] objects and, past its first
 //! object, at most [`FRAME_BYTES`] of data, so the holder pins a bounded
@@ -41,6 +48,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const MAGIC: &[u8; 4] = b"FPB2";
+/// Request kind: send what is here.
+pub const PULL: u8 = 1;
+/// Request kind: send what is here, and the directory entry of the rest.
+pub const LOOKUP: u8 = 2;
 /// Most ids in one pull request.
 pub const MAX_PULL_IDS: usize = 1 << 16;
 /// Most objects in one frame of an answer.
@@ -107,8 +118,9 @@ pub trait Landing: Send {
     fn allocate<'s>(&'s mut self, objects: &[Arrival<'_>]) -> Vec<Option<&'s mut [u8]>>;
     /// Every object of the last [`Landing::allocate`] was received whole.
     fn arrived(&mut self);
-    /// The holder does not have the request's object at `index`.
-    fn not_there(&mut self, index: usize);
+    /// The member does not have the request's object at `index`; for a
+    /// [`LOOKUP`], `entry` is its directory entry (protobuf).
+    fn not_there(&mut self, index: usize, entry: Option<&[u8]>);
 }
 
 /// One pinned object: where its bytes lie in the arena.
@@ -164,6 +176,11 @@ pub trait Source: Send + Sync {
     fn is_spilled(&self, _ids: &[ObjectId]) -> bool {
         false
     }
+    /// The directory entries of `ids` (protobuf), for a [`LOOKUP`] of
+    /// objects that are not here; empty: no entry.
+    fn entries(&self, ids: &[ObjectId]) -> Vec<Vec<u8>> {
+        vec![Vec::new(); ids.len()]
+    }
     /// Counts objects sent.
     fn served(&self, objects: u64, bytes: u64);
 }
@@ -174,10 +191,12 @@ pub type PullFuture<'a> = Pin<Box<dyn Future<Output = Result<(), TransferError>>
 /// Pulls objects from other members.
 pub trait Transport: Send + Sync + std::fmt::Debug {
     /// Pulls `ids` (at most [`MAX_PULL_IDS`]) from the member whose bulk
-    /// address is `peer` into `landing`, in one request.
+    /// address is `peer` into `landing`, in one request of `kind`
+    /// ([`PULL`] or [`LOOKUP`]).
     fn pull<'a>(
         &'a self,
         peer: &'a str,
+        kind: u8,
         ids: &'a [ObjectId],
         landing: &'a mut dyn Landing,
     ) -> PullFuture<'a>;
@@ -251,23 +270,31 @@ impl TcpTransport {
         Ok(s)
     }
 
-    /// The hello a fresh connection starts with.
-    fn hello(&self) -> Vec<u8> {
-        let mut hello = Vec::with_capacity(6 + self.token.len());
-        hello.extend_from_slice(MAGIC);
-        hello.extend_from_slice(&(self.token.len() as u16).to_le_bytes());
-        hello.extend_from_slice(self.token.as_bytes());
-        hello
+    /// A request of `kind` for `ids`, after the hello when `fresh` (a new
+    /// connection).
+    fn request(&self, fresh: bool, kind: u8, ids: &[ObjectId]) -> Vec<u8> {
+        let mut request = Vec::with_capacity(6 + self.token.len() + 5 + ids.len() * ObjectId::LEN);
+        if fresh {
+            request.extend_from_slice(MAGIC);
+            request.extend_from_slice(&(self.token.len() as u16).to_le_bytes());
+            request.extend_from_slice(self.token.as_bytes());
+        }
+        request.push(kind);
+        request.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+        for id in ids {
+            request.extend_from_slice(id.as_bytes());
+        }
+        request
     }
 
-    /// Sends the request (after `prefix`, the hello on a fresh connection)
-    /// and takes in the answer, frame by frame.
+    /// Sends `request` (for `n` objects) and takes in the answer, frame by
+    /// frame.
     async fn pull_on(
         &self,
         s: &mut TcpStream,
         peer: &str,
-        prefix: &[u8],
-        ids: &[ObjectId],
+        request: &[u8],
+        n: usize,
         landing: &mut dyn Landing,
         progress: &mut Progress,
     ) -> Result<(), TransferError> {
@@ -279,24 +306,18 @@ impl TcpTransport {
             peer: peer.into(),
             what,
         };
-        let mut request = Vec::with_capacity(prefix.len() + 4 + ids.len() * ObjectId::LEN);
-        request.extend_from_slice(prefix);
-        request.extend_from_slice(&(ids.len() as u32).to_le_bytes());
-        for id in ids {
-            request.extend_from_slice(id.as_bytes());
-        }
-        s.write_all(&request).await.map_err(io)?;
+        s.write_all(request).await.map_err(io)?;
         let mut header = Vec::new();
         let mut sink = Vec::new();
-        while progress.answered < ids.len() {
+        while progress.answered < n {
             let mut head = [0u8; 8];
             read_exact(s, peer, self.stall, &mut head).await?;
             let k = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
             let len = u32::from_le_bytes(head[4..].try_into().expect("4 bytes")) as usize;
-            if k == 0 || k > ids.len() - progress.answered || k > FRAME_OBJECTS {
+            if k == 0 || k > n - progress.answered || k > FRAME_OBJECTS {
                 return Err(protocol(format!(
                     "a frame of {k} objects with {} unanswered",
-                    ids.len() - progress.answered
+                    n - progress.answered
                 )));
             }
             if len > MAX_HEADER {
@@ -307,8 +328,8 @@ impl TcpTransport {
             let first = progress.answered;
             let (arrivals, missing) = parse_header(&header, first, k).map_err(protocol)?;
             progress.answered += k;
-            for index in missing {
-                landing.not_there(index);
+            for (index, entry) in missing {
+                landing.not_there(index, entry);
             }
             if arrivals.is_empty() {
                 continue;
@@ -322,13 +343,16 @@ impl TcpTransport {
     }
 }
 
-/// Splits a header block into the objects here and the indices of those
-/// that are not.
+/// What a header block says of the objects that are not here: their
+/// indices, with their directory entries for a [`LOOKUP`].
+type Missing<'b> = Vec<(usize, Option<&'b [u8]>)>;
+
+/// Splits a header block into the objects here and those that are not.
 fn parse_header(
     block: &[u8],
     first: usize,
     k: usize,
-) -> Result<(Vec<Arrival<'_>>, Vec<usize>), String> {
+) -> Result<(Vec<Arrival<'_>>, Missing<'_>), String> {
     let mut arrivals = Vec::with_capacity(k);
     let mut missing = Vec::new();
     let mut at = 0usize;
@@ -339,22 +363,21 @@ fn parse_header(
         let data_size = u64::from_le_bytes(head[1..9].try_into().expect("8 bytes"));
         let meta = u32::from_le_bytes(head[9..13].try_into().expect("4 bytes")) as usize;
         at += OBJECT_HEAD;
+        if meta as u64 > MAX_INLINE_SIZE {
+            return Err(format!("metadata or entry of {meta} bytes"));
+        }
+        let extra = block
+            .get(at..at + meta)
+            .ok_or("a header block too short for its metadata")?;
+        at += meta;
         match head[0] {
-            0 => missing.push(index),
-            1 => {
-                if meta as u64 > MAX_INLINE_SIZE {
-                    return Err(format!("metadata of {meta} bytes"));
-                }
-                let metadata = block
-                    .get(at..at + meta)
-                    .ok_or("a header block too short for its metadata")?;
-                at += meta;
-                arrivals.push(Arrival {
-                    index,
-                    data_size,
-                    metadata,
-                });
-            }
+            0 => missing.push((index, None)),
+            1 => arrivals.push(Arrival {
+                index,
+                data_size,
+                metadata: extra,
+            }),
+            2 => missing.push((index, Some(extra))),
             other => return Err(format!("status byte {other}")),
         }
     }
@@ -454,6 +477,7 @@ impl Transport for TcpTransport {
     fn pull<'a>(
         &'a self,
         peer: &'a str,
+        kind: u8,
         ids: &'a [ObjectId],
         landing: &'a mut dyn Landing,
     ) -> PullFuture<'a> {
@@ -470,8 +494,16 @@ impl Transport for TcpTransport {
             // A pooled connection may have been closed by the other side
             // while idle: then retry once on a fresh one (nothing landed yet).
             if let Some(mut s) = self.pooled(peer) {
+                let request = self.request(false, kind, ids);
                 match self
-                    .pull_on(&mut s, peer, &[], ids, &mut *landing, &mut progress)
+                    .pull_on(
+                        &mut s,
+                        peer,
+                        &request,
+                        ids.len(),
+                        &mut *landing,
+                        &mut progress,
+                    )
                     .await
                 {
                     Ok(()) => {
@@ -483,8 +515,8 @@ impl Transport for TcpTransport {
                 }
             }
             let mut s = self.connect(peer).await?;
-            let hello = self.hello();
-            self.pull_on(&mut s, peer, &hello, ids, landing, &mut progress)
+            let request = self.request(true, kind, ids);
+            self.pull_on(&mut s, peer, &request, ids.len(), landing, &mut progress)
                 .await?;
             self.give_back(peer, s);
             Ok(())
@@ -554,13 +586,17 @@ async fn serve_one(
     }
     let peer = s.peer_addr().ok();
     loop {
-        let mut count = [0u8; 4];
-        match s.read_exact(&mut count).await {
+        let mut head = [0u8; 5];
+        match s.read_exact(&mut head).await {
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(e),
         }
-        let n = u32::from_le_bytes(count) as usize;
+        let kind = head[0];
+        if kind != PULL && kind != LOOKUP {
+            return Err(std::io::Error::other(format!("request kind {kind}")));
+        }
+        let n = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
         if n == 0 || n > MAX_PULL_IDS {
             return Err(std::io::Error::other(format!(
                 "a pull of {n} ids (1 to {MAX_PULL_IDS})"
@@ -574,7 +610,7 @@ async fn serve_one(
             .chunks_exact(ObjectId::LEN)
             .map(|c| ObjectId::from_slice(c).expect("20 bytes"))
             .collect();
-        tracing::debug!(ids = ?ids, ?peer, "pull: serving");
+        tracing::debug!(ids = ?ids, ?peer, lookup = kind == LOOKUP, "pull: serving");
         let mut next = 0;
         while next < ids.len() {
             let want = &ids[next..(next + FRAME_OBJECTS).min(ids.len())];
@@ -587,7 +623,18 @@ async fn serve_one(
             } else {
                 source.pin(want, FRAME_BYTES)
             };
-            let sent = send_frame(&mut s, &pinned, stall).await?;
+            let entries = if kind == LOOKUP {
+                let absent: Vec<ObjectId> = want
+                    .iter()
+                    .zip(&pinned.objects)
+                    .filter(|(_, o)| o.is_none())
+                    .map(|(id, _)| *id)
+                    .collect();
+                Some(source.entries(&absent))
+            } else {
+                None
+            };
+            let sent = send_frame(&mut s, &pinned, entries.as_deref(), stall).await?;
             next += sent.objects;
             source.served(sent.present, sent.bytes);
         }
@@ -602,21 +649,37 @@ struct Sent {
 }
 
 /// Sends the pinned objects as one frame (cut where the header block grows
-/// past [`FRAME_HEADER`]); the data goes straight from the arena.
-async fn send_frame(s: &mut TcpStream, p: &Pinned, stall: Duration) -> std::io::Result<Sent> {
+/// past [`FRAME_HEADER`]); the data goes straight from the arena. With
+/// `entries` (a [`LOOKUP`]), each object not here is sent with the next of
+/// them.
+async fn send_frame(
+    s: &mut TcpStream,
+    p: &Pinned,
+    entries: Option<&[Vec<u8>]>,
+    stall: Duration,
+) -> std::io::Result<Sent> {
     let mut head = vec![0u8; 8];
     let (mut objects, mut present, mut bytes) = (0usize, 0u64, 0u64);
     let mut data: Vec<&[u8]> = Vec::new();
+    let mut entries = entries.map(|e| e.iter());
     for o in &p.objects {
         if objects > 0 && head.len() >= FRAME_HEADER {
             break;
         }
         objects += 1;
         match o {
-            None => {
-                head.push(0);
-                head.extend_from_slice(&[0u8; 12]);
-            }
+            None => match entries.as_mut().and_then(Iterator::next) {
+                Some(entry) => {
+                    head.push(2);
+                    head.extend_from_slice(&0u64.to_le_bytes());
+                    head.extend_from_slice(&(entry.len() as u32).to_le_bytes());
+                    head.extend_from_slice(entry);
+                }
+                None => {
+                    head.push(0);
+                    head.extend_from_slice(&[0u8; 12]);
+                }
+            },
             Some(o) => {
                 head.push(1);
                 head.extend_from_slice(&o.data_size.to_le_bytes());

@@ -37,6 +37,13 @@ impl Source for ArenaSource {
         }
     }
 
+    fn entries(&self, ids: &[ObjectId]) -> Vec<Vec<u8>> {
+        // Stands for the directory entry: the id itself, reversed.
+        ids.iter()
+            .map(|id| id.as_bytes().iter().rev().copied().collect())
+            .collect()
+    }
+
     fn served(&self, objects: u64, _bytes: u64) {
         self.served.fetch_add(objects, Ordering::Relaxed);
     }
@@ -86,6 +93,7 @@ struct VecLanding {
     got: HashMap<usize, (Vec<u8>, Vec<u8>)>,
     frame: Vec<usize>,
     missing: Vec<usize>,
+    entries: HashMap<usize, Vec<u8>>,
     refuse: Vec<usize>,
     frames: usize,
 }
@@ -117,8 +125,11 @@ impl Landing for VecLanding {
         self.frame.clear();
     }
 
-    fn not_there(&mut self, index: usize) {
+    fn not_there(&mut self, index: usize, entry: Option<&[u8]>) {
         self.missing.push(index);
+        if let Some(e) = entry {
+            self.entries.insert(index, e.to_vec());
+        }
     }
 }
 
@@ -152,7 +163,7 @@ fn one_request_brings_thousands_of_objects_of_every_size_intact() {
         let addr = serve(src.clone()).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
-        t.pull(&addr, &ids, &mut landing).await.unwrap();
+        t.pull(&addr, PULL, &ids, &mut landing).await.unwrap();
         for (i, s) in sizes.iter().enumerate() {
             match s {
                 None => assert!(landing.missing.contains(&i), "{i} reported missing"),
@@ -172,7 +183,7 @@ fn one_request_brings_thousands_of_objects_of_every_size_intact() {
         );
         // A second request on the pooled connection.
         let mut again = VecLanding::default();
-        t.pull(&addr, &ids[1..3], &mut again).await.unwrap();
+        t.pull(&addr, PULL, &ids[1..3], &mut again).await.unwrap();
         assert!(again.got[&0].0 == content(1, 0) && again.got[&1].0 == content(2, 100_000));
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(src.pins.load(Ordering::Relaxed), 0, "everything unpinned");
@@ -194,7 +205,7 @@ fn objects_the_landing_refuses_are_skipped_and_the_rest_stay_in_step() {
             refuse: vec![0, 7, 8, 49],
             ..Default::default()
         };
-        t.pull(&addr, &ids, &mut landing).await.unwrap();
+        t.pull(&addr, PULL, &ids, &mut landing).await.unwrap();
         for (i, s) in sizes.iter().enumerate() {
             if landing.refuse.contains(&i) {
                 assert!(!landing.got.contains_key(&i));
@@ -212,17 +223,18 @@ fn a_wrong_token_or_an_oversized_request_gets_nothing() {
         let addr = serve(src).await;
         let t = TcpTransport::new("other".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
-        assert!(t.pull(&addr, &ids, &mut landing).await.is_err());
+        assert!(t.pull(&addr, PULL, &ids, &mut landing).await.is_err());
         assert!(landing.got.is_empty());
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let many = vec![ids[0]; MAX_PULL_IDS + 1];
         assert!(matches!(
-            t.pull(&addr, &many, &mut landing).await,
+            t.pull(&addr, PULL, &many, &mut landing).await,
             Err(TransferError::Protocol { .. })
         ));
         // A hand-made request over the limit closes the connection.
         let mut s = TcpStream::connect(&addr).await.unwrap();
         let mut hello = b"FPB2\x03\x00tok".to_vec();
+        hello.push(PULL);
         hello.extend_from_slice(&u32::MAX.to_le_bytes());
         s.write_all(&hello).await.unwrap();
         let mut buf = Vec::new();
@@ -231,5 +243,33 @@ fn a_wrong_token_or_an_oversized_request_gets_nothing() {
             .unwrap()
             .unwrap_or(0);
         assert_eq!(n, 0);
+    });
+}
+
+#[test]
+fn a_lookup_brings_what_is_here_and_the_entries_of_the_rest() {
+    let sizes: Vec<Option<usize>> = (0..2500)
+        .map(|i| if i % 3 == 0 { None } else { Some(i) })
+        .collect();
+    let (src, ids) = source(&sizes);
+    runtime().block_on(async {
+        let addr = serve(src).await;
+        let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
+        let mut landing = VecLanding::default();
+        t.pull(&addr, LOOKUP, &ids, &mut landing).await.unwrap();
+        for (i, s) in sizes.iter().enumerate() {
+            match s {
+                None => {
+                    let want: Vec<u8> = ids[i].as_bytes().iter().rev().copied().collect();
+                    assert_eq!(landing.entries[&i], want, "entry of {i}");
+                }
+                Some(len) => assert!(landing.got[&i].0 == content(i, *len), "{i}"),
+            }
+        }
+        // A plain pull of the same ids says only "not here".
+        let mut plain = VecLanding::default();
+        t.pull(&addr, PULL, &ids[..3], &mut plain).await.unwrap();
+        assert_eq!(plain.missing, vec![0]);
+        assert!(plain.entries.is_empty());
     });
 }
