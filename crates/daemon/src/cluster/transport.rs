@@ -55,7 +55,7 @@ pub const LOOKUP: u8 = 2;
 /// Most ids in one pull request.
 pub const MAX_PULL_IDS: usize = 1 << 16;
 /// Most objects in one frame of an answer.
-pub const FRAME_OBJECTS: usize = 1024;
+pub const FRAME_OBJECTS: usize = 256;
 /// Most data bytes in one frame, past its first object.
 pub const FRAME_BYTES: u64 = 16 << 20;
 /// Header bytes after which a frame takes no further object.
