@@ -362,7 +362,11 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         "configs": rows,
     });
     if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_string_pretty(&out)?)?;
+        if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(p, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("results in {}", p.display());
     }
     println!("{}", serde_json::to_string_pretty(&out)?);
