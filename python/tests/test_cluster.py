@@ -65,6 +65,24 @@ def test_an_array_put_on_one_member_is_a_zero_copy_view_on_another(cluster):
     assert a.get(oid2, timeout=10) == {"k": [1, 2, 3]}
 
 
+def test_a_batch_from_two_members_costs_requests_per_member_not_per_object(cluster):
+    """A list get of arrays held by two other members: every array arrives,
+    with one lookup per other owner and one pull request per holder (each
+    lookup also brings what its owner holds), not one per object."""
+    _, (a, b, c), _ = cluster
+    arrays = [np.full(100 + i, i, dtype=np.int32) for i in range(400)]
+    oids = [(a if i % 2 else c).put(x) for i, x in enumerate(arrays)]
+    eventually(lambda: all(b.contains(oids, cluster=True)), what="registered")
+    before = b.cluster_status()
+    got = b.get(oids, timeout=30)
+    for x, y in zip(arrays, got):
+        np.testing.assert_array_equal(x, y)
+    after = b.cluster_status()
+    assert after["fetches"] - before["fetches"] == 400
+    assert after["lookups"] - before["lookups"] == 2, "one per other owner"
+    assert 2 <= after["pulls"] - before["pulls"] <= 4, "per owner and holder"
+
+
 def test_ids_are_unique_and_delete_is_cluster_wide(cluster):
     _, (a, b, c), _ = cluster
     oid = a.put(b"first")
