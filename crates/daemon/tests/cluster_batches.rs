@@ -105,13 +105,21 @@ fn a_batch_pulls_what_is_sealed_while_it_waits_for_the_rest() {
     assert!(got[..50].iter().all(Option::is_some), "sealed ones pulled");
     assert!(got[50..].iter().all(Option::is_none));
     drop(got);
-    // Now the rest is created while a get waits for all of them.
+    // Now the rest is created while a get waits for all of them: the first
+    // one sealed is pulled at once, before the others exist (the owners'
+    // lookups answer as soon as one of their ids is sealed).
     let waiter = std::thread::spawn(move || {
         let got = c.get(&all, Some(Duration::from_secs(30))).unwrap();
         got.iter().all(Option::is_some)
     });
     std::thread::sleep(Duration::from_millis(300));
-    put_many(&m[1].client(), &later, |_| 3000, 0);
+    let fetched = status(&m[2]).fetches;
+    let b = m[1].client();
+    put_many(&b, &later[..1], |_| 3000, 0);
+    eventually("the first one pulled alone", Duration::from_secs(5), || {
+        status(&m[2]).fetches == fetched + 1
+    });
+    put_many(&b, &later[1..], |_| 3000, 1);
     assert!(waiter.join().unwrap(), "every object arrived");
 }
 
@@ -128,7 +136,7 @@ fn kill(m: &mut Member) {
 fn a_holder_killed_mid_pull_gives_what_others_hold_and_loses_the_rest() {
     let mut m = cluster_sized(3, "512MiB");
     let (b, c) = (m[1].client(), m[2].client());
-    const N: usize = 300;
+    const N: usize = 400;
     const SIZE: usize = 1 << 20;
     let ids: Vec<ObjectId> = (0..N).map(|_| ObjectId::random()).collect();
     put_many(&m[0].client(), &ids, |_| SIZE, 0);

@@ -121,48 +121,35 @@ impl Cluster {
 
     /// Keeps the ids still to fetch: ends those nobody waits for any more
     /// and those here (or being created here: their gets wait for the
-    /// seal). Returns the longest any waiter waits (`None`: forever).
+    /// seal). Returns the longest any waiter waits (`None`: forever). The
+    /// ended ones leave `inflight` under the same locks as the checks, so a
+    /// get that wants one of them afterwards starts a fetch of its own.
     fn prune(&self, ids: &mut Vec<ObjectId>) -> Option<Instant> {
-        let mut gone = Vec::new();
         let mut longest: Option<Option<Instant>> = None;
-        {
-            let inflight = lock(&self.inflight);
-            let now = Instant::now();
-            ids.retain(|id| {
-                let wanted = inflight.get(id).and_then(|f| {
-                    let live = !f.waiters.iter().all(|w| w.is_closed())
-                        && f.deadline.is_none_or(|d| d > now);
-                    live.then_some(f.deadline)
-                });
-                match wanted {
-                    Some(d) => {
-                        longest = Some(match (longest, d) {
-                            (Some(Some(a)), Some(b)) => Some(a.max(b)),
-                            (None, d) => d,
-                            _ => None,
-                        });
-                        true
-                    }
-                    None => {
-                        gone.push(*id);
-                        false
-                    }
-                }
+        let sh = self.shared.lock();
+        let mut inflight = lock(&self.inflight);
+        let now = Instant::now();
+        ids.retain(|id| {
+            let wanted = inflight.get(id).and_then(|f| {
+                let live =
+                    !f.waiters.iter().all(|w| w.is_closed()) && f.deadline.is_none_or(|d| d > now);
+                live.then_some(f.deadline)
             });
-        }
-        {
-            let sh = self.shared.lock();
-            ids.retain(|id| {
-                let here = sh.store.exists(id);
-                if here {
-                    gone.push(*id);
+            match wanted {
+                Some(d) if !sh.store.exists(id) => {
+                    longest = Some(match (longest, d) {
+                        (Some(Some(a)), Some(b)) => Some(a.max(b)),
+                        (None, d) => d,
+                        _ => None,
+                    });
+                    true
                 }
-                !here
-            });
-        }
-        for id in gone {
-            self.finish(id, None);
-        }
+                _ => {
+                    inflight.remove(id);
+                    false
+                }
+            }
+        });
         longest.flatten()
     }
 
@@ -181,13 +168,23 @@ impl Cluster {
             by_owner.entry(owner).or_default().push(id);
         }
         let mut watches = JoinSet::new();
+        let mut watched = HashMap::new();
         for (_, ids) in by_owner {
             let c = self.clone();
-            watches.spawn(tracing::Instrument::in_current_span(
-                c.watch(ids, left.failed),
+            let task = watches.spawn(tracing::Instrument::in_current_span(
+                c.watch(ids.clone(), left.failed),
             ));
+            watched.insert(task.id(), ids);
         }
-        while watches.join_next().await.is_some() {}
+        while let Some(done) = watches.join_next_with_id().await {
+            if let Err(e) = done {
+                // A bug; the gets hear of it instead of waiting in vain.
+                tracing::error!(error = %e, "a remote get's watch failed");
+                for id in watched.remove(&e.id()).unwrap_or_default() {
+                    self.finish(id, Some(internal(id, &e)));
+                }
+            }
+        }
     }
 
     /// Looks `ids` up again and again (each lookup waiting until one of
@@ -429,20 +426,29 @@ impl Cluster {
                 groups.entry(holder).or_default().push((id, hs));
             }
             let mut pulls = JoinSet::new();
+            let mut asked = HashMap::new();
             for (holder, items) in groups {
                 for piece in items.chunks(MAX_PULL_IDS) {
                     let c = self.clone();
                     let (holder, piece) = (holder.clone(), piece.to_vec());
-                    pulls.spawn(tracing::Instrument::in_current_span(async move {
+                    let ids: Vec<ObjectId> = piece.iter().map(|(id, _)| *id).collect();
+                    let task = pulls.spawn(tracing::Instrument::in_current_span(async move {
                         let ids: Vec<ObjectId> = piece.iter().map(|(id, _)| *id).collect();
                         let outcomes = c.pull_from(&holder, PULL, &ids).await;
                         (holder, piece, outcomes)
                     }));
+                    asked.insert(task.id(), ids);
                 }
             }
-            while let Some(done) = pulls.join_next().await {
-                let Ok((holder, piece, outcomes)) = done else {
-                    continue;
+            while let Some(done) = pulls.join_next_with_id().await {
+                let (holder, piece, outcomes) = match done {
+                    Ok((_, v)) => v,
+                    Err(e) => {
+                        // A bug: what it was pulling is looked up again.
+                        tracing::error!(error = %e, "a pull task failed");
+                        unpulled.extend(asked.remove(&e.id()).unwrap_or_default());
+                        continue;
+                    }
                 };
                 let mut stale = Vec::new();
                 for ((id, others), outcome) in piece.into_iter().zip(outcomes) {
@@ -520,4 +526,13 @@ impl Cluster {
         }
         outcomes
     }
+}
+
+/// The error the gets of `id` hear when its fetch failed by a bug.
+fn internal(id: ObjectId, e: &tokio::task::JoinError) -> wire::Error {
+    wire_error(
+        wire::ErrorCode::ClusterUnavailable,
+        format!("fetching {id} failed ({e}); retry"),
+        Some(id),
+    )
 }

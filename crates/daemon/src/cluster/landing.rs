@@ -2,7 +2,7 @@
 //! cluster's store client a frame at a time (one lock per frame, not per
 //! object), sealed as cached copies once their bytes are in.
 
-use super::transport::{Arrival, Landing};
+use super::transport::{Absent, Arrival, Landing};
 use super::{lock, pb, Cluster};
 use crate::arena::Arena;
 use crate::shared::now_us;
@@ -158,12 +158,24 @@ impl Landing for StoreLanding<'_> {
         c.counters.fetched_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn not_there(&mut self, index: usize, entry: Option<&[u8]>) {
-        self.outcomes[index] = match entry.map(<pb::Entry as prost::Message>::decode) {
-            None => Outcome::NotThere,
-            Some(Ok(e)) => Outcome::Entry(e),
-            // Not an entry: ask the directory the usual way.
-            Some(Err(_)) => Outcome::Pending,
+    fn not_there(&mut self, index: usize, why: Absent<'_>) {
+        self.outcomes[index] = match why {
+            Absent::NotHere => Outcome::NotThere,
+            Absent::Entry(bytes) => match <pb::Entry as prost::Message>::decode(bytes) {
+                Ok(e) => Outcome::Entry(e),
+                // Not an entry: ask the directory the usual way.
+                Err(_) => Outcome::Pending,
+            },
+            Absent::Unsendable => Outcome::Refused(wire::Error {
+                code: wire::ErrorCode::TooLarge as i32,
+                message: format!(
+                    "object {} cannot be pulled from another member: its metadata is over \
+                     {} bytes; read it on the member that holds it",
+                    self.ids[index],
+                    ferroplasma_protocol::frame::MAX_INLINE_SIZE
+                ),
+                object_id: self.ids[index].0.to_vec(),
+            }),
         };
     }
 }

@@ -15,7 +15,8 @@
 //!   [`MAX_PULL_IDS`]) and `n` 20-byte ids. The member answers the ids in
 //!   order, in frames: u32 `k` (objects in this frame), u32 header length,
 //!   then the header block, per object u8 status (`0`: not here, `1`: here,
-//!   `2`: not here, and its directory entry follows), u64 data size, u32
+//!   `2`: not here, and its directory entry follows, `3`: here but not
+//!   sendable: its metadata is over [`MAX_INLINE_SIZE`]), u64 data size, u32
 //!   length of what follows and that: the metadata (`1`) or the entry, a
 //!   protobuf `ferroplasma.cluster.v1.Entry` (`2`); then the data block,
 //!   the data of the frame's objects that are here, one after another.
@@ -106,6 +107,19 @@ pub struct Arrival<'m> {
     pub metadata: &'m [u8],
 }
 
+/// Why an object of a request did not come.
+#[derive(Debug, Clone, Copy)]
+pub enum Absent<'e> {
+    /// The member does not have it.
+    NotHere,
+    /// The member does not have it; its directory entry (protobuf), for a
+    /// [`LOOKUP`].
+    Entry(&'e [u8]),
+    /// The member has it, but it cannot be sent (metadata over
+    /// [`MAX_INLINE_SIZE`]).
+    Unsendable,
+}
+
 /// Where pulled objects land: the local store allocates each frame's
 /// objects once their sizes are known. Objects allocated and not yet
 /// [`Landing::arrived`] when the pull fails, or when the landing is
@@ -118,9 +132,8 @@ pub trait Landing: Send {
     fn allocate<'s>(&'s mut self, objects: &[Arrival<'_>]) -> Vec<Option<&'s mut [u8]>>;
     /// Every object of the last [`Landing::allocate`] was received whole.
     fn arrived(&mut self);
-    /// The member does not have the request's object at `index`; for a
-    /// [`LOOKUP`], `entry` is its directory entry (protobuf).
-    fn not_there(&mut self, index: usize, entry: Option<&[u8]>);
+    /// The request's object at `index` does not come, for that reason.
+    fn not_there(&mut self, index: usize, why: Absent<'_>);
 }
 
 /// One pinned object: where its bytes lie in the arena.
@@ -343,9 +356,9 @@ impl TcpTransport {
     }
 }
 
-/// What a header block says of the objects that are not here: their
-/// indices, with their directory entries for a [`LOOKUP`].
-type Missing<'b> = Vec<(usize, Option<&'b [u8]>)>;
+/// What a header block says of the objects that do not come: their
+/// indices, and why.
+type Missing<'b> = Vec<(usize, Absent<'b>)>;
 
 /// Splits a header block into the objects here and those that are not.
 fn parse_header(
@@ -371,13 +384,14 @@ fn parse_header(
             .ok_or("a header block too short for its metadata")?;
         at += meta;
         match head[0] {
-            0 => missing.push((index, None)),
+            0 => missing.push((index, Absent::NotHere)),
             1 => arrivals.push(Arrival {
                 index,
                 data_size,
                 metadata: extra,
             }),
-            2 => missing.push((index, Some(extra))),
+            2 => missing.push((index, Absent::Entry(extra))),
+            3 => missing.push((index, Absent::Unsendable)),
             other => return Err(format!("status byte {other}")),
         }
     }
@@ -680,6 +694,10 @@ async fn send_frame(
                     head.extend_from_slice(&[0u8; 12]);
                 }
             },
+            Some(o) if o.metadata_size > MAX_INLINE_SIZE => {
+                head.push(3);
+                head.extend_from_slice(&[0u8; 12]);
+            }
             Some(o) => {
                 head.push(1);
                 head.extend_from_slice(&o.data_size.to_le_bytes());

@@ -94,6 +94,7 @@ struct VecLanding {
     frame: Vec<usize>,
     missing: Vec<usize>,
     entries: HashMap<usize, Vec<u8>>,
+    unsendable: Vec<usize>,
     refuse: Vec<usize>,
     frames: usize,
 }
@@ -125,10 +126,14 @@ impl Landing for VecLanding {
         self.frame.clear();
     }
 
-    fn not_there(&mut self, index: usize, entry: Option<&[u8]>) {
-        self.missing.push(index);
-        if let Some(e) = entry {
-            self.entries.insert(index, e.to_vec());
+    fn not_there(&mut self, index: usize, why: Absent<'_>) {
+        match why {
+            Absent::NotHere => self.missing.push(index),
+            Absent::Entry(e) => {
+                self.missing.push(index);
+                self.entries.insert(index, e.to_vec());
+            }
+            Absent::Unsendable => self.unsendable.push(index),
         }
     }
 }
@@ -271,5 +276,46 @@ fn a_lookup_brings_what_is_here_and_the_entries_of_the_rest() {
         t.pull(&addr, PULL, &ids[..3], &mut plain).await.unwrap();
         assert_eq!(plain.missing, vec![0]);
         assert!(plain.entries.is_empty());
+    });
+}
+
+#[test]
+fn an_object_whose_metadata_cannot_be_sent_is_refused_alone() {
+    // The middle object's metadata is over the limit of a header block.
+    let big = MAX_INLINE_SIZE as usize + 1;
+    let arena = Arc::new(Arena::create((big + 16384) as u64, None, false).unwrap());
+    let ids: Vec<ObjectId> = (0..3).map(|_| ObjectId::random()).collect();
+    let mut objects = HashMap::new();
+    let mut at = 0u64;
+    for (i, (len, meta)) in [(1000usize, 3usize), (5, big), (3000, 4)]
+        .into_iter()
+        .enumerate()
+    {
+        arena.write(at, &content(i, len));
+        objects.insert(
+            ids[i],
+            PinnedObject {
+                offset: at,
+                data_size: len as u64,
+                metadata_offset: at + len as u64,
+                metadata_size: meta as u64,
+            },
+        );
+        at += (len + meta) as u64;
+    }
+    let src = Arc::new(ArenaSource {
+        arena,
+        objects,
+        pins: Arc::new(AtomicU64::new(0)),
+        served: AtomicU64::new(0),
+    });
+    runtime().block_on(async {
+        let addr = serve(src).await;
+        let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
+        let mut landing = VecLanding::default();
+        t.pull(&addr, PULL, &ids, &mut landing).await.unwrap();
+        assert_eq!(landing.unsendable, vec![1]);
+        assert!(landing.got[&0].0 == content(0, 1000));
+        assert!(landing.got[&2].0 == content(2, 3000));
     });
 }

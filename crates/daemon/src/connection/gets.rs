@@ -204,6 +204,7 @@ impl Connection {
         let mut sh = shared.lock();
         let mut complete = Vec::new();
         let mut failed = Vec::new();
+        let mut refetch = Vec::new();
         for &(id, granted) in notices {
             if !self.gets.by_object.contains_key(&id) {
                 if granted {
@@ -231,7 +232,9 @@ impl Connection {
                     }
                 }
             }
-            self.take_sealed(&mut sh, id, &mut complete);
+            if let Some(deadline) = self.take_sealed(&mut sh, id, &mut complete) {
+                refetch.push((id, deadline));
+            }
             if granted {
                 if let Ok(fx) = sh.store.release(self.client, id) {
                     sh.deliver(fx);
@@ -239,6 +242,13 @@ impl Connection {
             }
         }
         drop(sh);
+        // A copy pulled from another member and evicted (or deleted) before
+        // these gets took it: its fetch has ended, so fetch it again.
+        if let Some(cl) = &self.cluster {
+            for (id, deadline) in refetch {
+                cl.want(vec![id], deadline, self.done_tx.clone());
+            }
+        }
         for (id, e) in failed {
             self.fail_gets(id, store_refusal(e).0);
         }
@@ -248,10 +258,19 @@ impl Connection {
     }
 
     /// The gets waiting for the sealed `id` take a reference on it; the
-    /// keys of those now complete are added to `complete`.
-    fn take_sealed(&mut self, sh: &mut Shared, id: ObjectId, complete: &mut Vec<u64>) {
+    /// keys of those now complete are added to `complete`. When it is gone
+    /// again (evicted or deleted before they took it) and gets still wait
+    /// for it, returns the latest of their deadlines (`Some(None)`: one
+    /// waits forever).
+    fn take_sealed(
+        &mut self,
+        sh: &mut Shared,
+        id: ObjectId,
+        complete: &mut Vec<u64>,
+    ) -> Option<Option<Instant>> {
         let waiting = self.gets.by_object.remove(&id).unwrap_or_default();
         let mut still_waiting = Vec::new();
+        let mut latest: Option<Option<Instant>> = None;
         for (key, at) in waiting {
             let Some(p) = self.gets.by_key.get_mut(&key) else {
                 continue;
@@ -270,6 +289,11 @@ impl Connection {
                 p.missing -= 1;
                 self.gets.waiting_ids -= 1;
             } else {
+                latest = Some(match (latest, p.deadline) {
+                    (Some(Some(a)), Some(b)) => Some(a.max(b)),
+                    (None, d) => d,
+                    _ => None,
+                });
                 still_waiting.push((key, at));
                 continue;
             }
@@ -278,10 +302,12 @@ impl Connection {
             }
         }
         // Evicted or deleted again before we got to it: keep waiting.
-        if !still_waiting.is_empty() {
-            sh.store.watch(self.client, id);
-            self.gets.by_object.insert(id, still_waiting);
+        if still_waiting.is_empty() {
+            return None;
         }
+        sh.store.watch(self.client, id);
+        self.gets.by_object.insert(id, still_waiting);
+        (!sh.store.exists(&id)).then_some(latest).flatten()
     }
 
     /// Answers the gets whose deadline has passed.
