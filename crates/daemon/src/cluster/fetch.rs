@@ -303,17 +303,11 @@ impl Cluster {
     /// The first lookup of `ids`: at each remote owner a [`LOOKUP`] over the
     /// bulk transport (all at once), which brings the objects the owner
     /// holds and the entries of the rest; this member's own entries from
-    /// its directory. Ids an owner did not answer for are looked up over
-    /// gRPC (at the owner, then the backup).
+    /// its directory. Ids an owner did not answer for are looked up at
+    /// their backups (gRPC).
     async fn lookup_at_owners(self: Arc<Self>, ids: &[ObjectId]) -> Vec<Found> {
         let mut out = vec![Found::Unanswered; ids.len()];
-        let mut by_owner: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, id) in ids.iter().enumerate() {
-            by_owner
-                .entry(self.targets(id).remove(0))
-                .or_default()
-                .push(i);
-        }
+        let by_owner = self.by_target(ids, 0..ids.len(), 0);
         let mut asks = JoinSet::new();
         let mut unanswered = Vec::new();
         for (owner, idx) in by_owner {
@@ -378,21 +372,8 @@ impl Cluster {
         }
         // The owner did not answer (it may be paused or gone): its backups,
         // at once.
-        let mut by_backup: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for i in unanswered {
-            if let Some(b) = self.targets(&ids[i]).get(1) {
-                by_backup.entry(b.clone()).or_default().push(i);
-            }
-        }
-        for (backup, idx) in by_backup {
-            for piece in idx.chunks(super::service::MAX_IDS) {
-                let want: Vec<ObjectId> = piece.iter().map(|&i| ids[i]).collect();
-                if let Ok(entries) = self.lookup_at(&backup, &want, Duration::ZERO, false).await {
-                    for (&i, e) in piece.iter().zip(entries) {
-                        out[i] = Found::Entry(e);
-                    }
-                }
-            }
+        for (i, e) in self.lookup_at_backups(ids, unanswered).await {
+            out[i] = Found::Entry(e);
         }
         out
     }

@@ -403,13 +403,7 @@ impl Cluster {
         wait: Duration,
     ) -> Vec<Option<pb::Entry>> {
         let wait = wait.min(MAX_LOOKUP_WAIT);
-        let mut by_owner: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for (i, id) in ids.iter().enumerate() {
-            by_owner
-                .entry(self.targets(id).remove(0))
-                .or_default()
-                .push(i);
-        }
+        let by_owner = self.by_target(ids, 0..ids.len(), 0);
         let mut asks = tokio::task::JoinSet::new();
         for (owner, idx) in by_owner {
             for piece in idx.chunks(super::service::MAX_IDS) {
@@ -421,14 +415,14 @@ impl Cluster {
                     if let Err(e) = &r {
                         tracing::debug!(member = %owner, error = %e, "lookup failed; asking the backups");
                     }
-                    (piece, want, r.ok())
+                    (piece, r.ok())
                 }));
             }
         }
         let mut out: Vec<Option<pb::Entry>> = vec![None; ids.len()];
         let mut orphans = Vec::new();
         while let Some(done) = asks.join_next().await {
-            let Ok((piece, want, answer)) = done else {
+            let Ok((piece, answer)) = done else {
                 continue;
             };
             match answer {
@@ -437,24 +431,49 @@ impl Cluster {
                         out[i] = Some(e);
                     }
                 }
-                None => orphans.extend(piece.into_iter().zip(want)),
+                None => orphans.extend(piece),
             }
         }
         // The owner did not answer: its backups, without waiting (the
         // fetch asks again).
-        let mut by_backup: BTreeMap<String, Vec<(usize, ObjectId)>> = BTreeMap::new();
-        for (i, id) in orphans {
-            if let Some(b) = self.targets(&id).get(1) {
-                by_backup.entry(b.clone()).or_default().push((i, id));
+        for (i, e) in self.lookup_at_backups(ids, orphans).await {
+            out[i] = Some(e);
+        }
+        out
+    }
+
+    /// The indices `idx` of `ids`, grouped by each id's owner (`nth` 0) or
+    /// backup (1) in the current ring.
+    pub(super) fn by_target(
+        &self,
+        ids: &[ObjectId],
+        idx: impl IntoIterator<Item = usize>,
+        nth: usize,
+    ) -> BTreeMap<String, Vec<usize>> {
+        let ring = lock(&self.ring);
+        let mut by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for i in idx {
+            if let Some(t) = ring.owners(&ids[i], 2).get(nth) {
+                by.entry(t.to_string()).or_default().push(i);
             }
         }
-        for (backup, items) in by_backup {
-            for piece in items.chunks(super::service::MAX_IDS) {
-                let want: Vec<ObjectId> = piece.iter().map(|(_, id)| *id).collect();
+        by
+    }
+
+    /// The entries of the ids at `idx` of `ids` from their backups, at once
+    /// (their owners did not answer); those nobody answered for are left
+    /// out.
+    pub(super) async fn lookup_at_backups(
+        &self,
+        ids: &[ObjectId],
+        idx: Vec<usize>,
+    ) -> Vec<(usize, pb::Entry)> {
+        let mut out = Vec::new();
+        for (backup, idx) in self.by_target(ids, idx, 1) {
+            for piece in idx.chunks(super::service::MAX_IDS) {
+                let want: Vec<ObjectId> = piece.iter().map(|&i| ids[i]).collect();
                 if let Ok(entries) = self.lookup_at(&backup, &want, Duration::ZERO, true).await {
-                    for ((i, _), e) in piece.iter().zip(entries) {
-                        out[*i] = Some(e);
-                    }
+                    out.extend(piece.iter().copied().zip(entries));
                 }
             }
         }
