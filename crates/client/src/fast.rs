@@ -108,9 +108,9 @@ impl FastView {
         let (slots, holds, tags) = (self.slots(), self.holds(), self.tags());
         for id in ids {
             let i = table::home(&table::id_words(id), self.key, self.slots);
-            prefetch(slots[i].seq.as_ptr() as *const u8);
-            prefetch(holds[i].as_ptr() as *const u8);
-            prefetch(tags[i].as_ptr() as *const u8);
+            table::prefetch(slots[i].seq.as_ptr());
+            table::prefetch(holds[i].as_ptr());
+            table::prefetch(tags[i].as_ptr());
         }
     }
 
@@ -168,18 +168,4 @@ impl FastView {
                 .is_some_and(|v| v.state == table::SEALED && v.id == words)
         })
     }
-}
-
-/// A hint to load the cache line at `p`; never faults, never changes memory.
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // Safety: a prefetch is a hint: it reads no memory the program can
-    // observe and cannot fault, whatever `p` is (here it points into a
-    // live mapping anyway).
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }

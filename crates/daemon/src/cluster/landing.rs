@@ -144,6 +144,10 @@ impl Landing for StoreLanding<'_> {
         let (objects, mut bytes) = (self.frame.len() as u64, 0u64);
         {
             let mut sh = c.shared.lock();
+            if let Some(table) = sh.fast.clone() {
+                let ids: Vec<ObjectId> = self.frame.iter().map(|(i, _)| self.ids[*i]).collect();
+                table.prefetch(&ids);
+            }
             let now = now_us();
             for (i, loc) in self.frame.drain(..) {
                 let id = self.ids[i];
