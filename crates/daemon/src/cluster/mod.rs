@@ -186,6 +186,15 @@ pub struct Cluster {
     pub counters: Counters,
 }
 
+/// A current-thread runtime for the cluster's unit tests.
+#[cfg(test)]
+fn test_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a test runtime")
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -25,17 +25,10 @@ fn member(rt: &tokio::runtime::Runtime, peers: Vec<String>) -> Arc<Cluster> {
     rt.block_on(Cluster::start(cfg, shared)).expect("cluster")
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn a_busy_store_thread_does_not_stop_heartbeats() {
     // B's store thread runs normally.
-    let rt_b = runtime();
+    let rt_b = super::test_runtime();
     let b = member(&rt_b, vec![]);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let driver = std::thread::spawn(move || {
@@ -43,7 +36,7 @@ fn a_busy_store_thread_does_not_stop_heartbeats() {
     });
     // A's store thread is never driven again after the start: as if it
     // were busy for good (a long batched get, a list of every object).
-    let rt_a = runtime();
+    let rt_a = super::test_runtime();
     let a = member(&rt_a, vec![b.me().to_string()]);
     let alive = || lock(&b.membership).is_alive(a.me());
     let t = Instant::now();
@@ -74,7 +67,7 @@ fn a_busy_store_thread_does_not_stop_heartbeats() {
 /// nothing yet, and one id came to name two objects: the nemesis found it).
 #[test]
 fn a_member_that_has_not_met_its_peers_grants_no_claim() {
-    let rt = runtime();
+    let rt = super::test_runtime();
     // Named a peer that never answers: not settled for a peer timeout.
     let fresh = member(&rt, vec!["127.0.0.1:9".into()]);
     let asker = member(&rt, vec![]);

@@ -145,13 +145,6 @@ async fn serve(src: Arc<ArenaSource>) -> String {
     addr
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 #[test]
 fn one_request_brings_thousands_of_objects_of_every_size_intact() {
     let mut sizes: Vec<Option<usize>> = (0..3000)
@@ -164,7 +157,7 @@ fn one_request_brings_thousands_of_objects_of_every_size_intact() {
         .collect();
     sizes.push(Some(40 << 20)); // several frames' worth in one object
     let (src, ids) = source(&sizes);
-    runtime().block_on(async {
+    crate::cluster::test_runtime().block_on(async {
         let addr = serve(src.clone()).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
@@ -203,7 +196,7 @@ fn one_request_brings_thousands_of_objects_of_every_size_intact() {
 fn objects_the_landing_refuses_are_skipped_and_the_rest_stay_in_step() {
     let sizes: Vec<Option<usize>> = (0..50).map(|i| Some(10_000 + 17 * i)).collect();
     let (src, ids) = source(&sizes);
-    runtime().block_on(async {
+    crate::cluster::test_runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding {
@@ -224,7 +217,7 @@ fn objects_the_landing_refuses_are_skipped_and_the_rest_stay_in_step() {
 #[test]
 fn a_wrong_token_or_an_oversized_request_gets_nothing() {
     let (src, ids) = source(&[Some(100)]);
-    runtime().block_on(async {
+    crate::cluster::test_runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("other".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
@@ -257,7 +250,7 @@ fn a_lookup_brings_what_is_here_and_the_entries_of_the_rest() {
         .map(|i| if i % 3 == 0 { None } else { Some(i) })
         .collect();
     let (src, ids) = source(&sizes);
-    runtime().block_on(async {
+    crate::cluster::test_runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
@@ -309,7 +302,7 @@ fn an_object_whose_metadata_cannot_be_sent_is_refused_alone() {
         pins: Arc::new(AtomicU64::new(0)),
         served: AtomicU64::new(0),
     });
-    runtime().block_on(async {
+    crate::cluster::test_runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
