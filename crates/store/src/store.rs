@@ -174,26 +174,7 @@ impl Store {
         metadata_size: u64,
         now_us: i64,
     ) -> Result<(Location, Effects), StoreError> {
-        if self.exists(&id) {
-            return Err(StoreError::ObjectExists(id));
-        }
-        let mut fx = Effects::default();
-        let need = allocation_size(data_size, metadata_size);
-        if data_size.saturating_add(metadata_size) > self.capacity {
-            return Err(StoreError::StoreFull {
-                requested: data_size.saturating_add(metadata_size),
-                free: self.alloc.free(),
-                evictable: self.policy.bytes(),
-                capacity: self.capacity,
-            });
-        }
-        let offset = self.make_room(need, &mut fx)?;
-        let location = Location {
-            arena: 0,
-            offset,
-            data_size,
-            metadata_size,
-        };
+        let (location, need, fx) = self.allocate(id, data_size, metadata_size)?;
         self.objects.insert(
             id,
             Entry {
@@ -216,6 +197,74 @@ impl Store {
         Ok((location, fx))
     }
 
+    /// Room for a new object `id` (which must not exist yet): its location,
+    /// its allocation's size, and the effects of the evictions that made
+    /// the room.
+    fn allocate(
+        &mut self,
+        id: ObjectId,
+        data_size: u64,
+        metadata_size: u64,
+    ) -> Result<(Location, u64, Effects), StoreError> {
+        if self.exists(&id) {
+            return Err(StoreError::ObjectExists(id));
+        }
+        let mut fx = Effects::default();
+        let need = allocation_size(data_size, metadata_size);
+        if data_size.saturating_add(metadata_size) > self.capacity {
+            return Err(StoreError::StoreFull {
+                requested: data_size.saturating_add(metadata_size),
+                free: self.alloc.free(),
+                evictable: self.policy.bytes(),
+                capacity: self.capacity,
+            });
+        }
+        let offset = self.make_room(need, &mut fx)?;
+        let location = Location {
+            arena: 0,
+            offset,
+            data_size,
+            metadata_size,
+        };
+        Ok((location, need, fx))
+    }
+
+    /// Creates `id` sealed and unreferenced in one step, for bytes that are
+    /// already at hand (a copy pulled from another member): `write` puts
+    /// them at the new location before the object becomes visible (before
+    /// its waiters hear of it and before readers may take it). The same as
+    /// a [`Store::create`], [`Store::seal`] and [`Store::release`] by one
+    /// client, without that client's bookkeeping in between.
+    pub fn create_sealed(
+        &mut self,
+        id: ObjectId,
+        data_size: u64,
+        metadata_size: u64,
+        now_us: i64,
+        write: impl FnOnce(&Location),
+    ) -> Result<Effects, StoreError> {
+        let (location, need, mut fx) = self.allocate(id, data_size, metadata_size)?;
+        write(&location);
+        self.objects.insert(
+            id,
+            Entry {
+                location,
+                alloc_size: need,
+                state: ObjectState::Sealed,
+                ref_count: 0,
+                create_time_us: now_us,
+                seal_time_us: Some(now_us),
+                delete_pending: false,
+                evictable: false,
+                spilling: false,
+                restoring: false,
+            },
+        );
+        self.sealed_count += 1;
+        self.made_visible(id, location, 0, &mut fx);
+        Ok(fx)
+    }
+
     /// Makes an object immutable and visible; wakes its waiters.
     pub fn seal(
         &mut self,
@@ -232,6 +281,13 @@ impl Store {
             c.created.remove(&id);
         }
         let mut fx = Effects::default();
+        self.made_visible(id, loc, refs, &mut fx);
+        Ok(fx)
+    }
+
+    /// A sealed object (`refs` references) just became visible: its waiters
+    /// and subscribers hear of it, and readers may take it.
+    fn made_visible(&mut self, id: ObjectId, loc: Location, refs: u64, fx: &mut Effects) {
         for w in self.waiters.remove(&id).unwrap_or_default() {
             if let Some(c) = self.clients.get_mut(&w) {
                 c.watching.remove(&id);
@@ -245,17 +301,16 @@ impl Store {
                 data_size: loc.data_size,
                 metadata_size: loc.metadata_size,
             },
-            &mut fx,
+            fx,
         );
         if refs == 0 {
-            self.became_unreferenced(id, &mut fx);
+            self.became_unreferenced(id, fx);
         }
         if let Some(r) = &self.readers {
             if self.objects.get(&id).is_some_and(|e| e.is_readable()) {
                 r.readable(id, loc);
             }
         }
-        Ok(fx)
     }
 
     /// Discards an unsealed object of `client`'s.
@@ -602,6 +657,17 @@ impl Store {
         }
         let s = self.spill.as_ref()?.objects.get(id)?;
         s.construct_us.map(|c| s.create_time_us + c)
+    }
+
+    /// Where a readable object (sealed, in memory, not being deleted or
+    /// restored) lies, without taking a reference: valid only until the
+    /// next change to the store, so the caller reads its bytes before
+    /// letting anything else at the store (under the same lock).
+    pub fn sealed_location(&self, id: &ObjectId) -> Option<Location> {
+        self.objects
+            .get(id)
+            .filter(|e| e.is_readable())
+            .map(|e| e.location)
     }
 
     /// Whether `id` is being brought back from the spill directory.

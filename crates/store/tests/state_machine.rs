@@ -655,3 +655,66 @@ fn usage_and_stats_never_ask_the_readers() {
     );
     assert_eq!(u.objects, 10);
 }
+
+#[test]
+fn an_object_created_sealed_is_one_created_sealed_and_released() {
+    let readers = std::sync::Arc::new(FakeReaders::default());
+    let mut s = Store::new(1000);
+    s.set_readers(readers.clone());
+    let (w, sub, other) = (s.connect(), s.connect(), s.connect());
+    s.subscribe(sub);
+    s.watch(w, id(1));
+    let mut written = None;
+    let fx = s
+        .create_sealed(id(1), 300, 20, 7, |loc| {
+            // The bytes go in before anyone can see the object.
+            assert!(readers.published.lock().unwrap().is_empty());
+            written = Some(*loc);
+        })
+        .unwrap();
+    let loc = written.expect("write called");
+    assert_eq!((loc.data_size, loc.metadata_size), (300, 20));
+    assert_eq!(fx.notices[0], (w, Notice::Sealed(id(1))));
+    assert!(matches!(
+        fx.notices[1],
+        (c, Notice::Event(Event { kind: EventKind::Sealed, data_size: 300, metadata_size: 20, .. })) if c == sub
+    ));
+    assert_eq!(*readers.published.lock().unwrap(), [id(1)]);
+    assert!(s.contains(&id(1)));
+    assert_eq!(s.sealed_location(&id(1)), Some(loc));
+    let info = &s.list()[0];
+    assert_eq!((info.ref_count, info.construct_duration_us), (0, Some(0)));
+    let st = s.stats();
+    assert_eq!(
+        (st.objects, st.sealed_objects, st.referenced_objects),
+        (1, 1, 0)
+    );
+    // Anyone may take it; unreferenced, it is evictable.
+    assert_eq!(s.get(other, id(1)), Some(loc));
+    s.release(other, id(1)).unwrap();
+    assert_eq!(
+        s.create_sealed(id(1), 1, 0, 0, |_| panic!("no write for a taken id")),
+        Err(StoreError::ObjectExists(id(1)))
+    );
+    // No room: the other object is evicted for it, as for a create.
+    s.create_sealed(id(2), 900, 0, 0, |_| {}).unwrap();
+    assert!(!s.exists(&id(1)));
+    assert!(matches!(
+        s.create_sealed(id(3), 2000, 0, 0, |_| panic!("no write without room")),
+        Err(StoreError::StoreFull { .. })
+    ));
+    assert_eq!(s.stats().objects, 1);
+}
+
+#[test]
+fn a_sealed_location_is_given_only_for_readable_objects() {
+    let mut s = Store::new(1 << 20);
+    let a = s.connect();
+    let (loc, _) = s.create(a, id(1), 10, 0, 0).unwrap();
+    assert_eq!(s.sealed_location(&id(1)), None, "unsealed");
+    s.seal(a, id(1), 0).unwrap();
+    assert_eq!(s.sealed_location(&id(1)), Some(loc));
+    assert_eq!(s.delete(id(1)).0, DeleteOutcome::Deferred);
+    assert_eq!(s.sealed_location(&id(1)), None, "being deleted");
+    assert_eq!(s.sealed_location(&id(2)), None, "absent");
+}

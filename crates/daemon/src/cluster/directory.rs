@@ -3,7 +3,7 @@
 //! which members hold a copy. Pure state: the gRPC service and the failure
 //! detector drive it.
 
-use ferroplasma_protocol::ObjectId;
+use ferroplasma_protocol::{IdHasher, ObjectId};
 use std::collections::HashMap;
 
 /// What the directory knows of one id.
@@ -105,7 +105,7 @@ struct Rebuild {
 /// The entries this member keeps.
 #[derive(Debug, Default)]
 pub struct Directory {
-    entries: HashMap<ObjectId, Entry>,
+    entries: HashMap<ObjectId, Entry, IdHasher>,
     rebuild: Rebuild,
 }
 

@@ -53,7 +53,7 @@ use crate::shared::SharedRef;
 use crate::DaemonError;
 use directory::Directory;
 use ferroplasma_protocol::pb as wire;
-use ferroplasma_protocol::ObjectId;
+use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::ClientId;
 use membership::{Changes, MemberInfo, Membership};
 use ring::Ring;
@@ -173,10 +173,10 @@ pub struct Cluster {
     /// Ids claimed for creates that may not be in the store yet (a create
     /// waiting for room): a re-registration re-claims them with the new
     /// owners. Pruned there once in the store, and on abort.
-    granted: Mutex<HashSet<ObjectId>>,
+    granted: Mutex<HashSet<ObjectId, IdHasher>>,
     /// Local objects that are cached copies pulled from elsewhere.
-    cached: Mutex<HashSet<ObjectId>>,
-    inflight: Mutex<HashMap<ObjectId, Inflight>>,
+    cached: Mutex<HashSet<ObjectId, IdHasher>>,
+    inflight: Mutex<HashMap<ObjectId, Inflight, IdHasher>>,
     peers: peers::Peers,
     transport: Box<dyn Transport>,
     /// The cluster's own runtime (on its own thread): every cluster task
@@ -281,9 +281,9 @@ impl Cluster {
             started: std::time::Instant::now(),
             peer_timeout: cfg.peer_timeout,
             directory_epoch: AtomicU64::new(0),
-            granted: Mutex::new(HashSet::new()),
-            cached: Mutex::new(HashSet::new()),
-            inflight: Mutex::new(HashMap::new()),
+            granted: Mutex::new(HashSet::default()),
+            cached: Mutex::new(HashSet::default()),
+            inflight: Mutex::new(HashMap::default()),
             peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
             rt: handle.clone(),
             transport: Box::new(transport::TcpTransport::new(
