@@ -86,6 +86,44 @@ fn a_batched_get_of_5000_objects_held_by_three_members_costs_requests_per_member
     assert_eq!(status(&m[3]).pulls, after.pulls);
 }
 
+/// A batch held by one other member costs one round trip, whoever owns
+/// the ids: the objects this member owns (its directory says where they
+/// are) travel with the lookup of those the other owns, in one request.
+/// Small and large objects (copied out and staged, or sent from the arena
+/// into their allocations) come whole in the same stream.
+#[test]
+fn a_batch_held_by_one_other_member_comes_in_one_request() {
+    let m = cluster_sized(2, "256MiB");
+    let (a, b) = (m[0].client(), m[1].client());
+    let size = |i: usize| {
+        if i % 50 == 7 {
+            300_000
+        } else {
+            (i * 37) % 3000
+        }
+    };
+    let ids: Vec<ObjectId> = (0..1000).map(|_| ObjectId::random()).collect();
+    put_many(&a, &ids, size, 0);
+    eventually("registered", Duration::from_secs(20), || {
+        registered(&b, &ids)
+    });
+    let before = status(&m[1]);
+    let got = b.get(&ids, Some(Duration::from_secs(60))).unwrap();
+    for (i, (id, got)) in ids.iter().zip(&got).enumerate() {
+        let got = got.as_ref().unwrap_or_else(|| panic!("object {i} missing"));
+        assert!(got.data() == &content(*id, size(i))[..], "data of {i}");
+        assert_eq!(got.metadata(), &content(*id, 9)[..i % 6], "metadata of {i}");
+    }
+    let after = status(&m[1]);
+    assert_eq!(after.fetches - before.fetches, 1000);
+    assert_eq!(after.lookups - before.lookups, 1, "one lookup");
+    assert_eq!(
+        after.pulls - before.pulls,
+        1,
+        "the objects this member owns came with the lookup"
+    );
+}
+
 /// A batch whose objects are partly sealed and partly not created yet:
 /// what is there is pulled at once (a get with a timeout returns it even if
 /// the rest never comes), and the rest as it is sealed.

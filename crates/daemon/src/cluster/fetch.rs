@@ -303,22 +303,40 @@ impl Cluster {
     /// The first lookup of `ids`: at each remote owner a [`LOOKUP`] over the
     /// bulk transport (all at once), which brings the objects the owner
     /// holds and the entries of the rest; this member's own entries from
-    /// its directory. Ids an owner did not answer for are looked up at
-    /// their backups (gRPC).
+    /// its directory, first: an object of those sealed at a member asked a
+    /// `LOOKUP` anyway is pulled with it (one request per member, and the
+    /// whole batch in one round trip when the owners hold what they own).
+    /// Ids an owner did not answer for are looked up at their backups
+    /// (gRPC).
     async fn lookup_at_owners(self: Arc<Self>, ids: &[ObjectId]) -> Vec<Found> {
         let mut out = vec![Found::Unanswered; ids.len()];
-        let by_owner = self.by_target(ids, 0..ids.len(), 0);
+        let mut by_owner = self.by_target(ids, 0..ids.len(), 0);
+        // For each remote owner, the ids to ask of it: (index, whether it
+        // owns the id (else: an object of this member's directory it holds)).
+        let mut asked: BTreeMap<String, Vec<(usize, bool)>> = by_owner
+            .iter()
+            .filter(|(owner, _)| **owner != self.me)
+            .map(|(owner, idx)| (owner.clone(), idx.iter().map(|&i| (i, true)).collect()))
+            .collect();
+        if let Some(idx) = by_owner.remove(&self.me) {
+            let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
+            let entries = self.lookup_local(&want, Duration::ZERO, false).await;
+            for (i, e) in idx.into_iter().zip(entries) {
+                let sealed = e.state == pb::EntryState::Sealed as i32;
+                let with = e
+                    .holders
+                    .iter()
+                    .find(|h| **h != self.me && asked.contains_key(*h))
+                    .filter(|_| sealed);
+                if let Some(h) = with {
+                    asked.get_mut(h).expect("asked").push((i, false));
+                }
+                out[i] = Found::Entry(e);
+            }
+        }
         let mut asks = JoinSet::new();
         let mut unanswered = Vec::new();
-        for (owner, idx) in by_owner {
-            if owner == self.me {
-                let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
-                let entries = self.lookup_local(&want, Duration::ZERO, false).await;
-                for (i, e) in idx.into_iter().zip(entries) {
-                    out[i] = Found::Entry(e);
-                }
-                continue;
-            }
+        for (owner, items) in asked {
             let data_addr = {
                 let m = lock(&self.membership);
                 m.get(&owner)
@@ -327,12 +345,14 @@ impl Cluster {
                     .filter(|a| !a.is_empty())
             };
             let Some(data_addr) = data_addr else {
-                unanswered.extend(idx);
+                // Its own ids go to their backups; the others keep their
+                // entries (their pull tries the other holders).
+                unanswered.extend(items.iter().filter(|(_, owns)| *owns).map(|(i, _)| *i));
                 continue;
             };
-            for piece in idx.chunks(MAX_PULL_IDS) {
+            for piece in items.chunks(MAX_PULL_IDS) {
                 let (c, piece) = (self.clone(), piece.to_vec());
-                let want: Vec<ObjectId> = piece.iter().map(|&i| ids[i]).collect();
+                let want: Vec<ObjectId> = piece.iter().map(|&(i, _)| ids[i]).collect();
                 let owner = (owner.clone(), data_addr.clone());
                 asks.spawn(tracing::Instrument::in_current_span(async move {
                     c.counters.lookups.fetch_add(1, Ordering::Relaxed);
@@ -350,12 +370,9 @@ impl Cluster {
                 .filter(|o| matches!(o, Outcome::Here))
                 .count();
             if brought > 0 {
-                tracing::debug!(
-                    objects = brought,
-                    "lookup: sealed at the owner, pulled with the lookup"
-                );
+                tracing::debug!(objects = brought, "lookup: pulled with the lookup");
             }
-            for (i, outcome) in piece.into_iter().zip(outcomes) {
+            for ((i, owns), outcome) in piece.into_iter().zip(outcomes) {
                 match outcome {
                     Outcome::Here => {
                         self.finish(ids[i], None);
@@ -365,8 +382,11 @@ impl Cluster {
                         self.finish(ids[i], Some(e));
                         out[i] = Found::Settled;
                     }
-                    Outcome::Entry(e) => out[i] = Found::Entry(e),
-                    Outcome::NotThere | Outcome::Pending => unanswered.push(i),
+                    Outcome::Entry(e) if owns => out[i] = Found::Entry(e),
+                    Outcome::NotThere | Outcome::Pending if owns => unanswered.push(i),
+                    // Not the owner's to answer for: this member's entry
+                    // stands, and the pull goes on from its holders.
+                    Outcome::Entry(_) | Outcome::NotThere | Outcome::Pending => {}
                 }
             }
         }

@@ -1,12 +1,22 @@
 //! What this member serves to others' pulls: its sealed objects, pinned
 //! (referenced by the cluster's store client) a frame at a time while they
-//! are sent, so they are neither evicted nor freed under the send.
+//! are sent, so they are neither evicted nor freed under the send. Small
+//! objects are copied out under the store's lock instead: a copy of a few
+//! kB costs less than a reference taken and given back (two updates of the
+//! eviction order, of the client's references and of the shared table).
 
 use super::transport::{Pinned, PinnedObject, Source};
 use super::Cluster;
 use ferroplasma_protocol::ObjectId;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// Objects (data and metadata) at most this large are copied out.
+const COPY_AT_MOST: u64 = 64 << 10;
+
+/// Most bytes one frame copies out while holding the store's lock (which
+/// bounds how long it is held: about 0.1 ms).
+const COPY_BUDGET: u64 = 1 << 20;
 
 /// Serves this store's sealed objects to other members' pulls.
 #[derive(Debug)]
@@ -18,8 +28,32 @@ impl Source for StoreSource {
         let mut sh = c.shared.lock();
         let mut objects = Vec::with_capacity(ids.len());
         let mut held = Vec::new();
+        let mut copies = Vec::new();
         let mut bytes = 0u64;
         for &id in ids {
+            let small = sh.store.sealed_location(&id).filter(|l| {
+                let size = l.data_size + l.metadata_size;
+                size <= COPY_AT_MOST && copies.len() as u64 + size <= COPY_BUDGET
+            });
+            if let Some(l) = small {
+                // Sealed bytes, read under the lock: nothing frees or moves
+                // them meanwhile.
+                let at = copies.len() as u64;
+                copies.extend_from_slice(sh.arena.bytes(l.metadata_offset(), l.metadata_size));
+                copies.extend_from_slice(sh.arena.bytes(l.offset, l.data_size));
+                objects.push(Some(PinnedObject {
+                    copied: true,
+                    offset: at + l.metadata_size,
+                    data_size: l.data_size,
+                    metadata_offset: at,
+                    metadata_size: l.metadata_size,
+                }));
+                bytes += l.data_size;
+                if bytes >= max_bytes {
+                    break;
+                }
+                continue;
+            }
             sh = c.shared.wait_restored(sh, id);
             let (guard, restored) = c.shared.with_room(sh, |sh| sh.unspill(id));
             sh = guard;
@@ -28,6 +62,7 @@ impl Source for StoreSource {
                 held.push(id);
                 bytes += l.data_size;
                 PinnedObject {
+                    copied: false,
                     offset: l.offset,
                     data_size: l.data_size,
                     metadata_offset: l.metadata_offset(),
@@ -44,14 +79,15 @@ impl Source for StoreSource {
         Pinned {
             arena,
             objects,
+            copies,
             unpin: (!held.is_empty()).then(|| {
                 Box::new(move || {
                     let mut sh = shared.lock();
+                    let mut fx = ferroplasma_store::Effects::default();
                     for id in held {
-                        if let Ok(fx) = sh.store.release(agent, id) {
-                            sh.deliver(fx);
-                        }
+                        fx.extend(sh.store.release(agent, id).unwrap_or_default());
                     }
+                    sh.deliver(fx);
                 }) as Box<dyn FnOnce() + Send + Sync>
             }),
         }

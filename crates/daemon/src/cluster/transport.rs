@@ -139,6 +139,9 @@ pub trait Landing: Send {
 /// One pinned object: where its bytes lie in the arena.
 #[derive(Debug, Clone, Copy)]
 pub struct PinnedObject {
+    /// Whether its bytes were copied into [`Pinned::copies`] (the offsets
+    /// are then into that buffer) instead of being held in the arena.
+    pub copied: bool,
     /// Data offset.
     pub offset: u64,
     /// Data size.
@@ -149,16 +152,39 @@ pub struct PinnedObject {
     pub metadata_size: u64,
 }
 
-/// Local sealed objects held (referenced) while they are sent; dropping it
-/// gives the references back, all at once.
+/// Local sealed objects held (referenced) while they are sent, or copied
+/// out (small ones: a copy costs less than a reference taken and given
+/// back); dropping it gives the references back, all at once.
 pub struct Pinned {
-    /// The arena they lie in.
+    /// The arena the held ones lie in.
     pub arena: Arc<Arena>,
     /// One per id asked for, in order, up to where pinning stopped; `None`
     /// for an object that is not here.
     pub objects: Vec<Option<PinnedObject>>,
+    /// The bytes (metadata, then data) of the copied ones.
+    pub copies: Vec<u8>,
     /// Gives the references back.
     pub unpin: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl Pinned {
+    /// The data of `o`, one of `self.objects`.
+    pub fn data(&self, o: &PinnedObject) -> &[u8] {
+        self.bytes(o.copied, o.offset, o.data_size)
+    }
+
+    /// The metadata of `o`, one of `self.objects`.
+    pub fn metadata(&self, o: &PinnedObject) -> &[u8] {
+        self.bytes(o.copied, o.metadata_offset, o.metadata_size)
+    }
+
+    fn bytes(&self, copied: bool, offset: u64, len: u64) -> &[u8] {
+        if copied {
+            &self.copies[offset as usize..(offset + len) as usize]
+        } else {
+            self.arena.bytes(offset, len)
+        }
+    }
 }
 
 impl std::fmt::Debug for Pinned {
@@ -702,11 +728,11 @@ async fn send_frame(
                 head.push(1);
                 head.extend_from_slice(&o.data_size.to_le_bytes());
                 head.extend_from_slice(&(o.metadata_size as u32).to_le_bytes());
-                head.extend_from_slice(p.arena.bytes(o.metadata_offset, o.metadata_size));
+                head.extend_from_slice(p.metadata(o));
                 present += 1;
                 bytes += o.data_size;
                 if o.data_size > 0 {
-                    data.push(p.arena.bytes(o.offset, o.data_size));
+                    data.push(p.data(o));
                 }
             }
         }

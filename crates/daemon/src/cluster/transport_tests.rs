@@ -17,10 +17,27 @@ struct ArenaSource {
 impl Source for ArenaSource {
     fn pin(&self, ids: &[ObjectId], max_bytes: u64) -> Pinned {
         let mut objects = Vec::new();
+        let mut copies = Vec::new();
         let mut bytes = 0;
         for id in ids {
-            let o = self.objects.get(id).copied();
+            let mut o = self.objects.get(id).copied();
             bytes += o.map_or(0, |o| o.data_size);
+            // Small objects of odd ids are copied out, as the store's source
+            // does with small objects: frames mix both kinds.
+            if let Some(o) = o
+                .as_mut()
+                .filter(|o| o.data_size <= 4096 && id.0[0] % 2 == 1)
+            {
+                let at = copies.len() as u64;
+                copies.extend_from_slice(self.arena.bytes(o.metadata_offset, o.metadata_size));
+                copies.extend_from_slice(self.arena.bytes(o.offset, o.data_size));
+                *o = PinnedObject {
+                    copied: true,
+                    offset: at + o.metadata_size,
+                    metadata_offset: at,
+                    ..*o
+                };
+            }
             objects.push(o);
             self.pins.fetch_add(1, Ordering::Relaxed);
             if bytes >= max_bytes {
@@ -31,6 +48,7 @@ impl Source for ArenaSource {
         Pinned {
             arena: self.arena.clone(),
             objects,
+            copies,
             unpin: Some(Box::new(move || {
                 pins.fetch_sub(n, Ordering::Relaxed);
             })),
@@ -70,6 +88,7 @@ fn source(sizes: &[Option<usize>]) -> (Arc<ArenaSource>, Vec<ObjectId>) {
         objects.insert(
             id,
             PinnedObject {
+                copied: false,
                 offset: at,
                 data_size: len as u64,
                 metadata_offset: at + len as u64,
@@ -288,6 +307,7 @@ fn an_object_whose_metadata_cannot_be_sent_is_refused_alone() {
         objects.insert(
             ids[i],
             PinnedObject {
+                copied: false,
                 offset: at,
                 data_size: len as u64,
                 metadata_offset: at + len as u64,
