@@ -370,7 +370,7 @@ impl Cluster {
                 .filter(|o| matches!(o, Outcome::Here))
                 .count();
             if brought > 0 {
-                tracing::debug!(objects = brought, "lookup: pulled with the lookup");
+                tracing::debug!(objects = brought, "lookup: sealed, pulled with the lookup");
             }
             for ((i, owns), outcome) in piece.into_iter().zip(outcomes) {
                 match outcome {
