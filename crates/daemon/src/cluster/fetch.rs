@@ -19,6 +19,7 @@
 //! owner waits until any of them is sealed or lost, and what is sealed is
 //! pulled at once.
 
+use super::directory::State;
 use super::landing::{Outcome, StoreLanding};
 use super::transport::{TransferError, LOOKUP, MAX_PULL_IDS, PULL};
 use super::{lock, pb, wire_error, Cluster, Completion, Completions, Inflight};
@@ -318,21 +319,32 @@ impl Cluster {
             .filter(|(owner, _)| **owner != self.me)
             .map(|(owner, idx)| (owner.clone(), idx.iter().map(|&i| (i, true)).collect()))
             .collect();
+        // This member's own ids sealed at a member asked anyway: their
+        // entries are needed only if that member does not give them.
+        let mut with_lookups = Vec::new();
         if let Some(idx) = by_owner.remove(&self.me) {
-            let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
-            let entries = self.lookup_local(&want, Duration::ZERO, false).await;
-            for (i, e) in idx.into_iter().zip(entries) {
-                let sealed = e.state == pb::EntryState::Sealed as i32;
-                let with = e
-                    .holders
-                    .iter()
-                    .find(|h| **h != self.me && asked.contains_key(*h))
-                    .filter(|_| sealed);
-                if let Some(h) = with {
-                    asked.get_mut(h).expect("asked").push((i, false));
+            let mut rest = Vec::new();
+            {
+                let d = lock(&self.directory);
+                for i in idx {
+                    let holder = d
+                        .lookup(&ids[i])
+                        .filter(|e| e.state == State::Sealed)
+                        .and_then(|e| {
+                            e.holders
+                                .iter()
+                                .find(|h| **h != self.me && asked.contains_key(*h))
+                        });
+                    match holder {
+                        Some(h) => {
+                            asked.get_mut(h).expect("asked").push((i, false));
+                            with_lookups.push(i);
+                        }
+                        None => rest.push(i),
+                    }
                 }
-                out[i] = Found::Entry(e);
             }
+            self.local_entries(ids, rest, &mut out).await;
         }
         let mut asks = JoinSet::new();
         let mut unanswered = Vec::new();
@@ -385,17 +397,34 @@ impl Cluster {
                     Outcome::Entry(e) if owns => out[i] = Found::Entry(e),
                     Outcome::NotThere | Outcome::Pending if owns => unanswered.push(i),
                     // Not the owner's to answer for: this member's entry
-                    // stands, and the pull goes on from its holders.
+                    // says where else it is (below).
                     Outcome::Entry(_) | Outcome::NotThere | Outcome::Pending => {}
                 }
             }
         }
+        // This member's own ids the member asked did not give: their
+        // entries, for the pulls from their other holders.
+        with_lookups.retain(|&i| matches!(out[i], Found::Unanswered));
+        self.local_entries(ids, with_lookups, &mut out).await;
         // The owner did not answer (it may be paused or gone): its backups,
         // at once.
         for (i, e) in self.lookup_at_backups(ids, unanswered).await {
             out[i] = Found::Entry(e);
         }
         out
+    }
+
+    /// The entries of the ids at `idx` of `ids` from this member's
+    /// directory, into `out`.
+    async fn local_entries(&self, ids: &[ObjectId], idx: Vec<usize>, out: &mut [Found]) {
+        if idx.is_empty() {
+            return;
+        }
+        let want: Vec<ObjectId> = idx.iter().map(|&i| ids[i]).collect();
+        let entries = self.lookup_local(&want, Duration::ZERO, false).await;
+        for (i, e) in idx.into_iter().zip(entries) {
+            out[i] = Found::Entry(e);
+        }
     }
 
     /// Pulls sealed objects from their holders: one request per holder (all

@@ -451,13 +451,13 @@ impl Cluster {
         nth: usize,
     ) -> BTreeMap<String, Vec<usize>> {
         let ring = lock(&self.ring);
-        let mut by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        let mut by: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for i in idx {
-            if let Some(t) = ring.owners(&ids[i], 2).get(nth) {
-                by.entry(t.to_string()).or_default().push(i);
+            if let Some(t) = ring.owners(&ids[i], nth + 1).get(nth) {
+                by.entry(t).or_default().push(i);
             }
         }
-        by
+        by.into_iter().map(|(t, v)| (t.to_string(), v)).collect()
     }
 
     /// The entries of the ids at `idx` of `ids` from their backups, at once
