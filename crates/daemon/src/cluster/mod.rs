@@ -11,9 +11,10 @@
 //!   re-registers everything held after a membership change.
 //! - `fetch` — remote gets, batched: one lookup per owner, one pull per
 //!   holder, all at once.
-//! - `landing` — pulled objects' allocations in the local store, sealed as
-//!   cached copies.
-//! - `source` — this member's objects pinned while others pull them.
+//! - `landing` — where pulled objects land in the local store (small ones
+//!   staged, then created sealed), sealed as cached copies.
+//! - `source` — this member's objects pinned (small ones copied out) while
+//!   others pull them.
 //! - [`transport`] — the bulk transport interface and its TCP implementation.
 //! - `retry` — pauses between retries (exponential, jittered).
 //! - `token` — the shared secret on every gRPC call and bulk connection.
