@@ -6,11 +6,11 @@ mod common;
 
 use common::cluster::{cluster_sized, eventually, Member};
 use common::content;
-use ferroplasma_client::{Client, ClientError, ObjectId};
+use ferroplasma_client::{Client, ClientError, ClusterStatus, ObjectBuffer, ObjectId};
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-fn status(m: &Member) -> ferroplasma_client::ClusterStatus {
+fn status(m: &Member) -> ClusterStatus {
     m.client().cluster_status().unwrap()
 }
 
@@ -40,6 +40,29 @@ fn put_many(c: &Client, ids: &[ObjectId], size: impl Fn(usize) -> usize, offset:
     }
 }
 
+/// Gets `ids` on `m` in one call once each is registered, and checks that
+/// every object came, each byte of its data and metadata as `put_many`
+/// (from offset 0) wrote it. Returns `m`'s counters before and after, and
+/// the buffers.
+fn fetch_whole(
+    m: &Member,
+    ids: &[ObjectId],
+    size: impl Fn(usize) -> usize,
+) -> (ClusterStatus, Vec<Option<ObjectBuffer>>, ClusterStatus) {
+    let c = m.client();
+    eventually("every object registered", Duration::from_secs(20), || {
+        registered(&c, ids)
+    });
+    let before = status(m);
+    let got = c.get(ids, Some(Duration::from_secs(60))).unwrap();
+    for (i, (id, b)) in ids.iter().zip(&got).enumerate() {
+        let b = b.as_ref().unwrap_or_else(|| panic!("object {i} missing"));
+        assert!(b.data() == &content(*id, size(i))[..], "data of {i}");
+        assert_eq!(b.metadata(), &content(*id, 9)[..i % 6], "metadata of {i}");
+    }
+    (before, got, status(m))
+}
+
 fn registered(c: &Client, ids: &[ObjectId]) -> bool {
     ids.chunks(10_000)
         .all(|piece| c.contains_in(piece, true).unwrap().iter().all(|&p| p))
@@ -58,17 +81,7 @@ fn a_batched_get_of_5000_objects_held_by_three_members_costs_requests_per_member
         put_many(&m[h].client(), piece, size_of, h * per);
     }
     let d = m[3].client();
-    eventually("every object registered", Duration::from_secs(20), || {
-        registered(&d, &ids)
-    });
-    let before = status(&m[3]);
-    let got = d.get(&ids, Some(Duration::from_secs(60))).unwrap();
-    for (i, (id, b)) in ids.iter().zip(&got).enumerate() {
-        let b = b.as_ref().unwrap_or_else(|| panic!("object {i} missing"));
-        assert!(b.data() == &content(*id, size_of(i))[..], "data of {i}");
-        assert_eq!(b.metadata(), &content(*id, 9)[..i % 6], "metadata of {i}");
-    }
-    let after = status(&m[3]);
+    let (before, got, after) = fetch_whole(&m[3], &ids, size_of);
     assert_eq!(after.fetches - before.fetches, 5000);
     // One lookup per other owner (each a pull of what that owner holds
     // itself), then one pull per holder for the rest.
@@ -94,7 +107,7 @@ fn a_batched_get_of_5000_objects_held_by_three_members_costs_requests_per_member
 #[test]
 fn a_batch_held_by_one_other_member_comes_in_one_request() {
     let m = cluster_sized(2, "256MiB");
-    let (a, b) = (m[0].client(), m[1].client());
+    let a = m[0].client();
     let size = |i: usize| {
         if i % 50 == 7 {
             300_000
@@ -104,17 +117,7 @@ fn a_batch_held_by_one_other_member_comes_in_one_request() {
     };
     let ids: Vec<ObjectId> = (0..1000).map(|_| ObjectId::random()).collect();
     put_many(&a, &ids, size, 0);
-    eventually("registered", Duration::from_secs(20), || {
-        registered(&b, &ids)
-    });
-    let before = status(&m[1]);
-    let got = b.get(&ids, Some(Duration::from_secs(60))).unwrap();
-    for (i, (id, got)) in ids.iter().zip(&got).enumerate() {
-        let got = got.as_ref().unwrap_or_else(|| panic!("object {i} missing"));
-        assert!(got.data() == &content(*id, size(i))[..], "data of {i}");
-        assert_eq!(got.metadata(), &content(*id, 9)[..i % 6], "metadata of {i}");
-    }
-    let after = status(&m[1]);
+    let (before, _got, after) = fetch_whole(&m[1], &ids, size);
     assert_eq!(after.fetches - before.fetches, 1000);
     assert_eq!(after.lookups - before.lookups, 1, "one lookup");
     assert_eq!(
