@@ -97,17 +97,18 @@ impl<'a> StoreLanding<'a> {
     }
 
     /// Creates the staged objects of the frame, sealed, with their bytes.
+    /// Returns the ids created (not those here already) and their bytes.
     fn land_staged<'g>(
         &mut self,
         mut sh: MutexGuard<'g, Shared>,
         now: i64,
         fx: &mut Effects,
-    ) -> (MutexGuard<'g, Shared>, u64)
+    ) -> (MutexGuard<'g, Shared>, Vec<ObjectId>, u64)
     where
         'a: 'g,
     {
         let c = self.cluster;
-        let mut bytes = 0;
+        let (mut landed, mut bytes) = (Vec::with_capacity(self.staged.len()), 0);
         for st in std::mem::take(&mut self.staged) {
             let id = self.ids[st.index];
             let meta_end = st.at + st.metadata_size as usize;
@@ -127,6 +128,7 @@ impl<'a> StoreLanding<'a> {
             self.outcomes[st.index] = match created {
                 Ok(f) => {
                     fx.extend(f);
+                    landed.push(id);
                     bytes += st.data_size;
                     Outcome::Here
                 }
@@ -136,7 +138,7 @@ impl<'a> StoreLanding<'a> {
                 Err(e) => refusal(id, &e),
             };
         }
-        (sh, bytes)
+        (sh, landed, bytes)
     }
 }
 
@@ -255,11 +257,8 @@ impl Landing for StoreLanding<'_> {
             for (i, _) in &self.frame {
                 cached.insert(self.ids[*i]);
             }
-            for st in &self.staged {
-                cached.insert(self.ids[st.index]);
-            }
         }
-        let objects = (self.frame.len() + self.staged.len()) as u64;
+        let mut objects = self.frame.len() as u64;
         let mut bytes = 0u64;
         {
             let sh = c.shared.lock();
@@ -272,8 +271,12 @@ impl Landing for StoreLanding<'_> {
             }
             let now = now_us();
             let mut fx = Effects::default();
-            let (mut sh, staged_bytes) = self.land_staged(sh, now, &mut fx);
+            let (mut sh, landed, staged_bytes) = self.land_staged(sh, now, &mut fx);
             bytes += staged_bytes;
+            objects += landed.len() as u64;
+            // Copies, for the agent that hears of their seals (an id made
+            // here meanwhile is not one).
+            lock(&c.cached).extend(landed);
             for (i, loc) in self.frame.drain(..) {
                 let id = self.ids[i];
                 bytes += loc.data_size;
