@@ -203,6 +203,23 @@ fn run(args: &Args, dir: &std::path::Path) -> anyhow::Result<()> {
             Ok(())
         },
     )?;
+    // Ids this store does not have (a batch held on other members, or not
+    // created yet): the client's table pass finds none of them, and one
+    // request asks the store, which finds none either.
+    let absent: Vec<ObjectId> = (0..1000).map(|_| ObjectId::random()).collect();
+    b.measure(
+        "batched get of 1000 absent ids (no wait)",
+        args.batch_iters,
+        None,
+        None,
+        |out| {
+            let t = Instant::now();
+            let got = client.get(&absent, Some(Duration::ZERO))?;
+            out.push(t.elapsed());
+            anyhow::ensure!(got.iter().all(Option::is_none), "an absent id was found");
+            Ok(())
+        },
+    )?;
     let rt = Row {
         name: "1-byte Unix socket round trip",
         samples: b.rt.clone(),

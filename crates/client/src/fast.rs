@@ -161,11 +161,9 @@ impl FastView {
     /// Whether `id` is sealed in this store's memory now (`false`: not in
     /// the table; it may still be being created, spilled or elsewhere).
     pub fn contains(&self, id: &ObjectId) -> bool {
-        let words = table::id_words(id);
-        table::window(&words, self.key, self.slots).any(|i| {
-            self.slots()[i]
-                .read()
-                .is_some_and(|v| v.state == table::SEALED && v.id == words)
-        })
+        matches!(
+            table::find(self.slots(), self.key, &table::id_words(id)),
+            Ok(Some(_))
+        )
     }
 }

@@ -36,6 +36,10 @@ struct State {
     index: HashMap<ObjectId, usize, IdHasher>,
     /// The object published in each slot.
     taken: Vec<Option<ObjectId>>,
+    /// How far the object in each slot lies from its home slot.
+    distance: Vec<u8>,
+    /// Each slot's reach as a home (as written in the table).
+    reach: Vec<u8>,
     /// Each connected client's holds region, and how far the store has
     /// read its ring of releases.
     holds: HashMap<ClientId, (Arc<MmapRaw>, u64)>,
@@ -62,6 +66,8 @@ impl FastTable {
             key,
             state: Mutex::new(State {
                 taken: vec![None; slots],
+                distance: vec![0; slots],
+                reach: vec![0; slots],
                 ..Default::default()
             }),
         };
@@ -221,12 +227,23 @@ impl Readers for FastTable {
             return;
         }
         let words = table::id_words(&id);
-        let Some(i) = table::window(&words, self.key, self.slots).find(|&i| st.taken[i].is_none())
+        let Some((k, i)) = table::window(&words, self.key, self.slots)
+            .enumerate()
+            .find(|&(_, i)| st.taken[i].is_none())
         else {
             return; // the window is full: this object is read the slow way
         };
-        self.slots()[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
+        let home = table::home(&words, self.key, self.slots);
+        let slots = self.slots();
+        if st.reach[home] as usize <= k {
+            // Raised before the object is published, so a reader that
+            // finds it published finds the home's reach covering it.
+            st.reach[home] = k as u8 + 1;
+            slots[home].set_reach(k as u32 + 1);
+        }
+        slots[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
         st.taken[i] = Some(id);
+        st.distance[i] = k as u8;
         st.index.insert(id, i);
     }
 
@@ -243,6 +260,21 @@ impl Readers for FastTable {
             if n > 0 {
                 adopted.push((client, n));
             }
+        }
+        // Lowered after the object is retired: a reader with the old reach
+        // only looks further than it needs to.
+        let k = st.distance[i] as usize;
+        let home = (i + self.slots - k) % self.slots;
+        if st.reach[home] as usize == k + 1 {
+            let reach = (0..k)
+                .rev()
+                .find(|&j| {
+                    let at = (home + j) % self.slots;
+                    st.taken[at].is_some() && st.distance[at] as usize == j
+                })
+                .map_or(0, |j| j + 1);
+            st.reach[home] = reach as u8;
+            self.slots()[home].set_reach(reach as u32);
         }
         adopted
     }
@@ -274,5 +306,87 @@ impl Readers for FastTable {
             out.extend(slots.into_iter().filter_map(|i| st.taken[i]));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn loc(offset: u64) -> Location {
+        Location {
+            arena: 0,
+            offset,
+            data_size: 8,
+            metadata_size: 0,
+        }
+    }
+
+    /// `n` ids whose home is the same slot of `t`, and that slot.
+    fn colliding(t: &FastTable, n: usize) -> (usize, Vec<ObjectId>) {
+        let mut by_home: HashMap<usize, Vec<ObjectId>> = HashMap::new();
+        loop {
+            let id = ObjectId::random();
+            let h = table::home(&table::id_words(&id), t.key, t.slots);
+            let ids = by_home.entry(h).or_default();
+            ids.push(id);
+            if ids.len() == n {
+                return (h, ids.clone());
+            }
+        }
+    }
+
+    /// The id whose home is `h` (a fresh one).
+    fn homed_at(t: &FastTable, h: usize) -> ObjectId {
+        loop {
+            let id = ObjectId::random();
+            if table::home(&table::id_words(&id), t.key, t.slots) == h {
+                return id;
+            }
+        }
+    }
+
+    fn reach(t: &FastTable, h: usize) -> u32 {
+        t.slots()[h].read().expect("a quiet slot").reach
+    }
+
+    #[test]
+    fn a_home_reaches_exactly_as_far_as_its_furthest_object() {
+        let t = FastTable::create(table::PROBES).expect("a table");
+        let holds: Vec<AtomicU32> = (0..t.slots).map(|_| AtomicU32::new(0)).collect();
+        let findable = |id: &ObjectId| {
+            matches!(
+                table::take(t.slots(), &holds, t.key, id),
+                table::Take::Held(..)
+            )
+        };
+        let (h, ids) = colliding(&t, 3);
+        assert_eq!(reach(&t, h), 0, "no object yet");
+        for (k, id) in ids.iter().enumerate() {
+            t.readable(*id, loc(k as u64 * 64));
+            assert_eq!(reach(&t, h), k as u32 + 1);
+        }
+        // Another home's object pushed past this home's objects: its own
+        // home reaches it; this one's reach stays.
+        let next = (h + 1) % t.slots;
+        let other = homed_at(&t, next);
+        t.readable(other, loc(4096));
+        assert_eq!(reach(&t, next), 3, "two slots past its home");
+        assert_eq!(reach(&t, h), 3);
+        assert!(ids.iter().chain([&other]).all(findable));
+
+        // The furthest goes: the reach shrinks to the next furthest.
+        t.unreadable(ids[2]);
+        assert_eq!(reach(&t, h), 2);
+        assert!(!findable(&ids[2]));
+        // A nearer one goes: the reach stays (the middle one is still out).
+        t.unreadable(ids[0]);
+        assert_eq!(reach(&t, h), 2);
+        assert!(findable(&ids[1]) && findable(&other));
+        t.unreadable(ids[1]);
+        assert_eq!(reach(&t, h), 0, "none left");
+        assert!(findable(&other));
+        t.unreadable(other);
+        assert_eq!(reach(&t, next), 0);
     }
 }

@@ -7,7 +7,9 @@
 //!   gets cannot be mapped writable): a header, then [`Slot`]s. Each slot
 //!   describes one sealed, in-memory object (id, offset, sizes) under a
 //!   sequence lock; an object's slot lies within [`PROBES`] slots of its
-//!   id's home slot, found with a hash keyed per store.
+//!   id's home slot, found with a hash keyed per store. Each slot also
+//!   says, as a home, how far its objects lie (its *reach*): a client
+//!   looks no further, so an id that is not there costs one slot's read.
 //! - a **holds** region per client (mapped read-write by that client only):
 //!   one [`AtomicU32`] per slot, the number of references the client holds
 //!   on the object in that slot, taken without asking the store.
@@ -110,6 +112,10 @@ pub fn held(h: &AtomicU32) -> u32 {
     }
 }
 
+/// Where a slot's reach lies in its `state` word (the state is the low 32
+/// bits).
+pub const REACH_SHIFT: u32 = 32;
+
 /// Slot states.
 pub const EMPTY: u32 = 0;
 /// A sealed object in memory, readable.
@@ -138,7 +144,8 @@ pub struct Slot {
     pub seq: AtomicU64,
     /// The id's 20 bytes in three words (the last 4 bytes zero).
     pub id: [AtomicU64; 3],
-    /// [`EMPTY`], [`SEALED`] or [`RETIRED`].
+    /// [`EMPTY`], [`SEALED`] or [`RETIRED`] (low 32 bits), and the slot's
+    /// reach as a home (bits 32 up, see [`Slot::set_reach`]).
     pub state: AtomicU64,
     /// Offset of the data in the arena.
     pub offset: AtomicU64,
@@ -162,6 +169,9 @@ pub struct View {
     pub id: [u64; 3],
     /// The state.
     pub state: u32,
+    /// How many slots from this one, as a home, hold its objects (0:
+    /// none); written outside the sequence lock, so only a hint.
+    pub reach: u32,
     /// Offset of the data.
     pub offset: u64,
     /// Data bytes.
@@ -245,6 +255,7 @@ impl Slot {
                 loom::thread::yield_now();
                 continue;
             }
+            let word = self.state.load(Ordering::Relaxed);
             let v = View {
                 seq: s1,
                 id: [
@@ -252,7 +263,8 @@ impl Slot {
                     self.id[1].load(Ordering::Relaxed),
                     self.id[2].load(Ordering::Relaxed),
                 ],
-                state: self.state.load(Ordering::Relaxed) as u32,
+                state: word as u32,
+                reach: (word >> REACH_SHIFT) as u32,
                 offset: self.offset.load(Ordering::Relaxed),
                 data_size: self.data_size.load(Ordering::Relaxed),
                 metadata_size: self.metadata_size.load(Ordering::Relaxed),
@@ -274,15 +286,35 @@ impl Slot {
             s.offset.store(offset, Ordering::Relaxed);
             s.data_size.store(data_size, Ordering::Relaxed);
             s.metadata_size.store(metadata_size, Ordering::Relaxed);
-            s.state.store(u64::from(SEALED), Ordering::Relaxed);
+            s.set_state(SEALED);
         });
+    }
+
+    /// Store side: records this slot's reach as a home: the objects whose
+    /// home it is lie in the `reach` slots from it (0: there are none).
+    /// Written outside the sequence lock (the object in this slot, whoever's
+    /// home it is, stays readable): a reader takes it as a hint, and an id
+    /// it misses is asked of the store. The store raises it before it
+    /// publishes an object further out, and lowers it after it retires the
+    /// furthest one.
+    pub fn set_reach(&self, reach: u32) {
+        let state = self.state.load(Ordering::Relaxed) & u64::from(u32::MAX);
+        self.state
+            .store(state | (u64::from(reach) << REACH_SHIFT), Ordering::Release);
+    }
+
+    /// The state, keeping the reach (the store is the only writer).
+    fn set_state(&self, state: u32) {
+        let reach = self.state.load(Ordering::Relaxed) & !u64::from(u32::MAX);
+        self.state
+            .store(reach | u64::from(state), Ordering::Relaxed);
     }
 
     /// Store side: retires the slot (no new hold on its object can be
     /// validated from here on), then fences: the caller reads the holds
     /// next ([`adopt`]).
     pub fn retire(&self) {
-        self.write(|s| s.state.store(u64::from(RETIRED), Ordering::Relaxed));
+        self.write(|s| s.set_state(RETIRED));
         fence(Ordering::SeqCst);
     }
 
@@ -322,39 +354,62 @@ pub enum Take {
 /// Client side: takes a hold on the sealed object `id` without asking the
 /// store.
 pub fn take(slots: &[Slot], holds: &[AtomicU32], key: u64, id: &ObjectId) -> Take {
-    let words = id_words(id);
-    for i in window(&words, key, slots.len()) {
-        let Some(v) = slots[i].read() else {
+    let (i, v) = match find(slots, key, &id_words(id)) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Take::Absent,
+        Err(Changing) => return Take::Busy,
+    };
+    let Some(h) = holds.get(i) else {
+        return Take::Busy;
+    };
+    let mut cur = h.load(Ordering::Relaxed);
+    loop {
+        if cur & ADOPTED != 0 || cur >= MAX_HOLDS {
             return Take::Busy;
-        };
-        if v.state != SEALED || v.id != words {
-            continue;
         }
-        let Some(h) = holds.get(i) else {
-            return Take::Busy;
-        };
-        let mut cur = h.load(Ordering::Relaxed);
-        loop {
-            if cur & ADOPTED != 0 || cur >= MAX_HOLDS {
-                return Take::Busy;
-            }
-            match h.compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::Relaxed) {
-                Ok(_) => break,
-                Err(x) => cur = x,
-            }
+        match h.compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(x) => cur = x,
         }
-        fence(Ordering::SeqCst);
-        if slots[i].seq.load(Ordering::Acquire) == v.seq {
-            return Take::Held(i, v);
-        }
-        // Changed meanwhile (retired, perhaps reused): give the hold back.
-        return if give_back(h) {
-            Take::ReleaseThenAsk
-        } else {
-            Take::Busy
-        };
     }
-    Take::Absent
+    fence(Ordering::SeqCst);
+    if slots[i].seq.load(Ordering::Acquire) == v.seq {
+        return Take::Held(i, v);
+    }
+    // Changed meanwhile (retired, perhaps reused): give the hold back.
+    if give_back(h) {
+        Take::ReleaseThenAsk
+    } else {
+        Take::Busy
+    }
+}
+
+/// A slot the store kept writing while it was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Changing;
+
+/// The slot where the sealed object with id `words` is published, and a
+/// consistent reading of it; `None` if it is not in the table. Looks at
+/// the id's home slot, then only as far as that slot's reach.
+pub fn find(slots: &[Slot], key: u64, words: &[u64; 3]) -> Result<Option<(usize, View)>, Changing> {
+    let start = home(words, key, slots.len());
+    let Some(first) = slots.get(start) else {
+        return Ok(None); // a table of no slots
+    };
+    let first = first.read().ok_or(Changing)?;
+    let reach = (first.reach as usize).min(PROBES).min(slots.len());
+    for k in 0..reach {
+        let i = (start + k) % slots.len();
+        let v = if k == 0 {
+            first
+        } else {
+            slots[i].read().ok_or(Changing)?
+        };
+        if v.state == SEALED && v.id == *words {
+            return Ok(Some((i, v)));
+        }
+    }
+    Ok(None)
 }
 
 /// Client side: gives one hold back. True when the store had adopted the

@@ -32,6 +32,7 @@ fn world() -> Arc<World> {
         holds: vec![AtomicU32::new(0)],
         bytes: UnsafeCell::new(42),
     };
+    w.slots[0].set_reach(1);
     w.slots[0].publish(&id_words(&ID), 64, 8, 0);
     Arc::new(w)
 }
