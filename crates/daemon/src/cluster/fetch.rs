@@ -566,3 +566,7 @@ fn internal(id: ObjectId, e: &tokio::task::JoinError) -> wire::Error {
         Some(id),
     )
 }
+
+#[cfg(test)]
+#[path = "fetch_tests.rs"]
+mod tests;

@@ -196,6 +196,29 @@ fn test_runtime() -> tokio::runtime::Runtime {
         .expect("a test runtime")
 }
 
+/// A member on its own store (4 MiB), listening on loopback, started on
+/// `rt`, for the cluster's unit tests.
+#[cfg(test)]
+fn test_member(
+    rt: &tokio::runtime::Runtime,
+    peers: Vec<String>,
+    heartbeat: Duration,
+    peer_timeout: Duration,
+) -> Arc<Cluster> {
+    let arena = crate::arena::Arena::create(4 << 20, None, false).expect("arena");
+    let shared = SharedRef::new(ferroplasma_store::Store::new(4 << 20), arena, None, None);
+    let cfg = ClusterConfig {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        advertise: "127.0.0.1:0".into(),
+        data_listen: "127.0.0.1:0".parse().expect("an address"),
+        peers,
+        token: "unit-test".into(),
+        heartbeat,
+        peer_timeout,
+    };
+    rt.block_on(Cluster::start(cfg, shared)).expect("cluster")
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

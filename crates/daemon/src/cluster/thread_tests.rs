@@ -1,28 +1,14 @@
 //! The cluster runs on its own thread: a store thread that is busy (here:
 //! never driven again after start) does not stop heartbeats.
 
-use super::{lock, Cluster, ClusterConfig};
-use crate::arena::Arena;
-use crate::shared::SharedRef;
-use ferroplasma_store::Store;
+use super::{lock, Cluster};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PEER_TIMEOUT: Duration = Duration::from_millis(600);
 
 fn member(rt: &tokio::runtime::Runtime, peers: Vec<String>) -> Arc<Cluster> {
-    let arena = Arena::create(1 << 20, None, false).expect("arena");
-    let shared = SharedRef::new(Store::new(1 << 20), arena, None, None);
-    let cfg = ClusterConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        advertise: "127.0.0.1:0".into(),
-        data_listen: "127.0.0.1:0".parse().unwrap(),
-        peers,
-        token: "thread-test".into(),
-        heartbeat: Duration::from_millis(100),
-        peer_timeout: PEER_TIMEOUT,
-    };
-    rt.block_on(Cluster::start(cfg, shared)).expect("cluster")
+    super::test_member(rt, peers, Duration::from_millis(100), PEER_TIMEOUT)
 }
 
 #[test]
