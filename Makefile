@@ -128,10 +128,11 @@ stress: ## Fuzz, kill, stress and hostile-input tests, 20x longer than in make t
 	FP_FUZZ_CASES=500000 $(CARGO) test --release -p ferroplasma-daemon --lib connection::fuzz -- --nocapture
 	FP_STRESS_SCALE=20 $(CARGO) test --release -p ferroplasma-daemon --test chaos --test robustness --test reliability -- --nocapture --test-threads=1
 
-bench: ## Per-operation latency next to a Unix-socket round trip, as ratios; with and without a scraped metrics endpoint
-	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench --bin ferroplasma-bench-metrics
+bench: ## Per-operation latency next to a Unix-socket round trip, as ratios; with and without a scraped metrics endpoint; the state machine's cost per object
+	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench --bin ferroplasma-bench-metrics --bin ferroplasma-bench-state
 	target/release/ferroplasma-bench --json target/bench-latency.json
 	target/release/ferroplasma-bench-metrics
+	target/release/ferroplasma-bench-state
 
 bench-cluster: build ## Seed 002 local vs remote gets across two network namespaces next to raw TCP (root); plot into docs/img
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench-cluster

@@ -55,7 +55,7 @@ pub struct Shared {
     /// sent to the directory yet: a new claim of the id waits for them, so
     /// that the late news of an old copy never cancels it.
     pub agent_pending: HashMap<ObjectId, u32, ferroplasma_protocol::IdHasher>,
-    outboxes: HashMap<ClientId, mpsc::Sender<Notice>>,
+    outboxes: HashMap<ClientId, mpsc::Sender<Notice>, ferroplasma_protocol::IdHasher>,
 }
 
 /// What [`Shared::request_restore`] did.
@@ -97,7 +97,7 @@ impl SharedRef {
             cluster_client: None,
             agent_outbox: None,
             agent_pending: HashMap::default(),
-            outboxes: HashMap::new(),
+            outboxes: HashMap::default(),
         }));
         Self(state, Arc::new(std::sync::Condvar::new()))
     }

@@ -33,8 +33,9 @@ pub use id::{pack_ids, unpack_ids, ObjectId};
 /// The protocol version this crate speaks; sent in `Connect` and checked by the store.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// The hasher for maps keyed by object ids: fast, and seeded per process so
-/// that clients cannot choose ids that collide.
+/// The hasher for maps keyed by object ids (and by the store's client ids,
+/// looked up for every notice and reference): fast, and seeded per process
+/// so that clients cannot choose ids that collide.
 pub type IdHasher = foldhash::fast::RandomState;
 
 /// The socket every client and command uses when none is given.

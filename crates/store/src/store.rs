@@ -39,7 +39,7 @@ pub struct Store {
     capacity: u64,
     alloc: Allocator,
     objects: HashMap<ObjectId, Entry, IdHasher>,
-    clients: HashMap<ClientId, ClientState>,
+    clients: HashMap<ClientId, ClientState, IdHasher>,
     next_client: ClientId,
     /// Which evictable objects go first (mechanism here, policy there).
     policy: Box<dyn EvictionPolicy>,
@@ -80,7 +80,7 @@ impl Store {
             capacity,
             alloc: Allocator::new(ferroplasma_protocol::layout::align_up(capacity)),
             objects: HashMap::default(),
-            clients: HashMap::new(),
+            clients: HashMap::default(),
             next_client: 1,
             policy: Box::new(Lru::default()),
             waiters: HashMap::default(),
