@@ -22,6 +22,8 @@ pub(crate) struct FastView {
     tags: MmapMut,
     slots: usize,
     key: u64,
+    /// Whether the store keeps the homes' reach (`table::FEATURE_REACH`).
+    reach: bool,
 }
 
 impl FastView {
@@ -49,6 +51,7 @@ impl FastView {
             tags,
             slots,
             key: 0,
+            reach: false,
         };
         let h = v.header();
         if h.magic.load(Ordering::Acquire) != table::MAGIC
@@ -56,7 +59,12 @@ impl FastView {
         {
             return Err(bad("unknown layout".into()));
         }
-        v.key = h.key.load(Ordering::Relaxed);
+        let (key, features) = (
+            h.key.load(Ordering::Relaxed),
+            h.features.load(Ordering::Relaxed),
+        );
+        v.key = key;
+        v.reach = features & table::FEATURE_REACH != 0;
         Ok(v)
     }
 
@@ -116,7 +124,7 @@ impl FastView {
 
     /// Takes a hold on the sealed object `id`.
     pub fn take(&self, id: &ObjectId) -> Take {
-        let took = table::take(self.slots(), self.holds(), self.key, id);
+        let took = table::take(self.slots(), self.holds(), self.key, id, self.reach);
         if let Take::Held(slot, _) = took {
             // A slot is taken again only once the store has stopped adopting
             // holds on it, so while any hold of this process is on it, it
@@ -162,7 +170,7 @@ impl FastView {
     /// the table; it may still be being created, spilled or elsewhere).
     pub fn contains(&self, id: &ObjectId) -> bool {
         matches!(
-            table::find(self.slots(), self.key, &table::id_words(id)),
+            table::find(self.slots(), self.key, &table::id_words(id), self.reach),
             Ok(Some(_))
         )
     }

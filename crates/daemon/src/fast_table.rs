@@ -74,6 +74,7 @@ impl FastTable {
         let h = t.header();
         h.slots.store(slots as u64, Ordering::Relaxed);
         h.key.store(key, Ordering::Relaxed);
+        h.features.store(table::FEATURE_REACH, Ordering::Relaxed);
         h.magic.store(table::MAGIC, Ordering::Release);
         Ok(t)
     }
@@ -356,10 +357,16 @@ mod tests {
         let holds: Vec<AtomicU32> = (0..t.slots).map(|_| AtomicU32::new(0)).collect();
         let findable = |id: &ObjectId| {
             matches!(
-                table::take(t.slots(), &holds, t.key, id),
+                table::take(t.slots(), &holds, t.key, id, true),
                 table::Take::Held(..)
             )
         };
+        let features = t.header().features.load(Ordering::Relaxed);
+        assert_eq!(
+            features & table::FEATURE_REACH,
+            table::FEATURE_REACH,
+            "says it keeps reaches"
+        );
         let (h, ids) = colliding(&t, 3);
         assert_eq!(reach(&t, h), 0, "no object yet");
         for (k, id) in ids.iter().enumerate() {

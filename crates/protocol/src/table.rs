@@ -133,7 +133,15 @@ pub struct Header {
     pub slots: AtomicU64,
     /// The hash key of this store.
     pub key: AtomicU64,
+    /// What this store's table does beyond the first layout
+    /// ([`FEATURE_REACH`]); a store that does not set a bit leaves it 0.
+    pub features: AtomicU64,
 }
+
+/// In [`Header::features`]: the store keeps each home slot's reach
+/// ([`Slot::set_reach`]). Without it (an older store), every reach reads 0
+/// and a reader must look at the whole window.
+pub const FEATURE_REACH: u64 = 1;
 
 /// One slot: an object's id, where its bytes lie and a sequence number
 /// (odd while the store writes the slot).
@@ -352,9 +360,9 @@ pub enum Take {
 }
 
 /// Client side: takes a hold on the sealed object `id` without asking the
-/// store.
-pub fn take(slots: &[Slot], holds: &[AtomicU32], key: u64, id: &ObjectId) -> Take {
-    let (i, v) = match find(slots, key, &id_words(id)) {
+/// store; `reach`: the store keeps the homes' reach ([`FEATURE_REACH`]).
+pub fn take(slots: &[Slot], holds: &[AtomicU32], key: u64, id: &ObjectId, reach: bool) -> Take {
+    let (i, v) = match find(slots, key, &id_words(id), reach) {
         Ok(Some(found)) => found,
         Ok(None) => return Take::Absent,
         Err(Changing) => return Take::Busy,
@@ -390,15 +398,25 @@ pub struct Changing;
 
 /// The slot where the sealed object with id `words` is published, and a
 /// consistent reading of it; `None` if it is not in the table. Looks at
-/// the id's home slot, then only as far as that slot's reach.
-pub fn find(slots: &[Slot], key: u64, words: &[u64; 3]) -> Result<Option<(usize, View)>, Changing> {
+/// the id's home slot, then only as far as that slot's reach (with
+/// `reach`: the store keeps it, [`FEATURE_REACH`]) or the whole window.
+pub fn find(
+    slots: &[Slot],
+    key: u64,
+    words: &[u64; 3],
+    reach: bool,
+) -> Result<Option<(usize, View)>, Changing> {
     let start = home(words, key, slots.len());
     let Some(first) = slots.get(start) else {
         return Ok(None); // a table of no slots
     };
     let first = first.read().ok_or(Changing)?;
-    let reach = (first.reach as usize).min(PROBES).min(slots.len());
-    for k in 0..reach {
+    let limit = if reach {
+        (first.reach as usize).min(PROBES)
+    } else {
+        PROBES
+    };
+    for k in 0..limit.min(slots.len()) {
         let i = (start + k) % slots.len();
         let v = if k == 0 {
             first

@@ -39,7 +39,7 @@ fn world() -> Arc<World> {
 
 /// A client reads the object through a hold and gives it back.
 fn client(w: &World) {
-    match take(&w.slots, &w.holds, 0, &ID) {
+    match take(&w.slots, &w.holds, 0, &ID, true) {
         Take::Held(i, _) => {
             // Safety: a read through loom's cell; loom checks it.
             let v = w.bytes.with(|p| unsafe { *p });

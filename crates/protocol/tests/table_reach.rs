@@ -34,7 +34,7 @@ fn an_id_not_in_the_table_costs_only_its_home_slot() {
     for k in 1..PROBES {
         jam(&slots[(h + k) % SLOTS]);
     }
-    assert_eq!(take(&slots, &holds, KEY, &id), Take::Absent);
+    assert_eq!(take(&slots, &holds, KEY, &id, true), Take::Absent);
 }
 
 #[test]
@@ -46,10 +46,16 @@ fn an_object_away_from_its_home_is_found_within_the_reach() {
     let at = (h + 5) % SLOTS;
     // Published 5 slots out, as the store does when the first 5 are taken.
     slots[at].publish(&words, 4096, 10, 2);
-    // Without the home's reach covering it, the client does not look there.
-    assert_eq!(take(&slots, &holds, KEY, &id), Take::Absent);
+    // Without the home's reach covering it, the client does not look there
+    // (unless the store keeps no reach: then it looks at the whole window).
+    assert_eq!(take(&slots, &holds, KEY, &id, true), Take::Absent);
+    assert!(matches!(
+        take(&slots, &holds, KEY, &id, false),
+        Take::Held(..)
+    ));
+    holds[at].store(0, Ordering::Relaxed);
     slots[h].set_reach(6);
-    match take(&slots, &holds, KEY, &id) {
+    match take(&slots, &holds, KEY, &id, true) {
         Take::Held(i, v) => {
             assert_eq!(i, at);
             assert_eq!((v.offset, v.data_size, v.metadata_size), (4096, 10, 2));
@@ -64,5 +70,8 @@ fn an_object_away_from_its_home_is_found_within_the_reach() {
     assert_eq!(slots[h].read().map(|v| v.reach), Some(6));
     slots[h].retire();
     assert_eq!(slots[h].read().map(|v| v.reach), Some(6));
-    assert!(matches!(take(&slots, &holds, KEY, &id), Take::Held(..)));
+    assert!(matches!(
+        take(&slots, &holds, KEY, &id, true),
+        Take::Held(..)
+    ));
 }
