@@ -228,13 +228,14 @@ impl Readers for FastTable {
             return;
         }
         let words = table::id_words(&id);
-        let Some((k, i)) = table::window(&words, self.key, self.slots)
-            .enumerate()
+        // The id's window (`table::window`), from its home.
+        let home = table::home(&words, self.key, self.slots);
+        let Some((k, i)) = (0..table::PROBES)
+            .map(|k| (k, (home + k) % self.slots))
             .find(|&(_, i)| st.taken[i].is_none())
         else {
             return; // the window is full: this object is read the slow way
         };
-        let home = table::home(&words, self.key, self.slots);
         let slots = self.slots();
         if st.reach[home] as usize <= k {
             // Raised before the object is published, so a reader that
