@@ -232,7 +232,12 @@ pub fn home(words: &[u64; 3], key: u64, slots: usize) -> usize {
 
 /// The slots an id may lie in, home first.
 pub fn window(words: &[u64; 3], key: u64, slots: usize) -> impl Iterator<Item = usize> {
-    let start = home(words, key, slots);
+    window_from(home(words, key, slots), slots)
+}
+
+/// The window of slots from the home slot `start`, home first (the slot
+/// `k` steps from home is the `k`-th).
+pub fn window_from(start: usize, slots: usize) -> impl Iterator<Item = usize> {
     (0..PROBES.min(slots)).map(move |i| (start + i) % slots)
 }
 
@@ -411,13 +416,8 @@ pub fn find(
         return Ok(None); // a table of no slots
     };
     let first = first.read().ok_or(Changing)?;
-    let limit = if reach {
-        (first.reach as usize).min(PROBES)
-    } else {
-        PROBES
-    };
-    for k in 0..limit.min(slots.len()) {
-        let i = (start + k) % slots.len();
+    let limit = if reach { first.reach as usize } else { PROBES };
+    for (k, i) in window_from(start, slots.len()).take(limit).enumerate() {
         let v = if k == 0 {
             first
         } else {
