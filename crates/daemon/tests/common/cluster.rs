@@ -134,6 +134,9 @@ pub fn check(c: &Client, id: ObjectId, len: usize, timeout: Duration) {
     assert_eq!(b.data().len(), len);
     assert!(b.data() == &content(id, len)[..], "data of {id} differs");
     assert_eq!(b.metadata(), &content(id, 9)[..5]);
+    // Given back now, not within the client's release delay: a delete
+    // right after this finds nobody reading it.
+    c.release_buffers([b]).unwrap();
 }
 
 /// Sends `sig` (`-STOP`, `-CONT`, `-KILL`...) to the member's store.
