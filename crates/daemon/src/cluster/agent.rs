@@ -9,6 +9,7 @@
 //! for as long as that owner is alive; once it is declared dead, the
 //! re-registration with the new owners covers what it missed.
 
+use super::ring::Ring;
 use super::{lock, pb, Cluster};
 use backon::Retryable;
 use ferroplasma_protocol::ObjectId;
@@ -44,50 +45,8 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
                 Err(_) => break,
             }
         }
-        let mut ops: BTreeMap<String, Vec<pb::Op>> = BTreeMap::new();
-        let mut ids = Vec::with_capacity(batch.len());
-        for n in batch {
-            let (kind, id, data_size, metadata_size) = match n {
-                Notice::Event(e) => {
-                    let kind = match e.kind {
-                        EventKind::Sealed if lock(&cluster.cached).contains(&e.id) => {
-                            pb::OpKind::SealedCached
-                        }
-                        EventKind::Sealed => {
-                            // Its claim is now the sealed object's.
-                            lock(&cluster.granted).remove(&e.id);
-                            pb::OpKind::SealedPrimary
-                        }
-                        EventKind::Deleted => {
-                            lock(&cluster.cached).remove(&e.id);
-                            pb::OpKind::Dropped
-                        }
-                    };
-                    (kind, e.id, e.data_size, e.metadata_size)
-                }
-                Notice::Aborted(id) => {
-                    lock(&cluster.granted).remove(&id);
-                    (pb::OpKind::Aborted, id, 0, 0)
-                }
-                Notice::Sealed(_) | Notice::Restored(_) => continue,
-            };
-            ids.push(id);
-            let version = if kind == pb::OpKind::SealedPrimary {
-                sealed_at(&cluster, &id)
-            } else {
-                0
-            };
-            let op = pb::Op {
-                kind: kind as i32,
-                object_id: id.0.to_vec(),
-                data_size,
-                metadata_size,
-                version,
-            };
-            for t in cluster.targets(&id) {
-                ops.entry(t).or_default().push(op.clone());
-            }
-        }
+        let ids: Vec<ObjectId> = batch.iter().filter_map(notice_id).collect();
+        let ops = plan(&cluster, batch);
         send(&cluster, ops, None).await;
         // Sent (or their owner died): claims of these ids may go on.
         {
@@ -103,6 +62,99 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
         }
         cluster.updates_sent.notify_waiters();
     }
+}
+
+/// The id a notice tells the directory of (none for those it does not).
+fn notice_id(n: &Notice) -> Option<ObjectId> {
+    match n {
+        Notice::Event(e) => Some(e.id),
+        Notice::Aborted(id) => Some(*id),
+        Notice::Sealed(_) | Notice::Restored(_) => None,
+    }
+}
+
+/// The updates a batch of notices makes, by member: each op goes to its
+/// id's owner and backup. The shared books (cached copies, claims, seal
+/// times, the ring) are each taken once for the whole batch, and nothing
+/// is allocated per notice but its ops.
+fn plan(cluster: &Cluster, batch: Vec<Notice>) -> BTreeMap<String, Vec<pb::Op>> {
+    let mut ops: Vec<(ObjectId, pb::Op)> = Vec::with_capacity(batch.len());
+    let mut unclaimed: Vec<ObjectId> = Vec::new();
+    {
+        let mut cached = lock(&cluster.cached);
+        for n in batch {
+            let (kind, id, data_size, metadata_size) = match n {
+                Notice::Event(e) => {
+                    let kind = match e.kind {
+                        EventKind::Sealed if cached.contains(&e.id) => pb::OpKind::SealedCached,
+                        EventKind::Sealed => {
+                            // Its claim is now the sealed object's.
+                            unclaimed.push(e.id);
+                            pb::OpKind::SealedPrimary
+                        }
+                        EventKind::Deleted => {
+                            cached.remove(&e.id);
+                            pb::OpKind::Dropped
+                        }
+                    };
+                    (kind, e.id, e.data_size, e.metadata_size)
+                }
+                Notice::Aborted(id) => {
+                    unclaimed.push(id);
+                    (pb::OpKind::Aborted, id, 0, 0)
+                }
+                Notice::Sealed(_) | Notice::Restored(_) => continue,
+            };
+            let op = pb::Op {
+                kind: kind as i32,
+                object_id: id.0.to_vec(),
+                data_size,
+                metadata_size,
+                version: 0,
+            };
+            ops.push((id, op));
+        }
+    }
+    if !unclaimed.is_empty() {
+        let mut granted = lock(&cluster.granted);
+        for id in &unclaimed {
+            granted.remove(id);
+        }
+    }
+    let primary = |op: &pb::Op| op.kind == pb::OpKind::SealedPrimary as i32;
+    if ops.iter().any(|(_, op)| primary(op)) {
+        // A primary copy's version: when it was sealed (0 if gone).
+        let sh = cluster.shared.lock();
+        for (id, op) in &mut ops {
+            if primary(op) {
+                op.version = sh.store.sealed_at_us(id).map_or(0, |t| t.max(0) as u64);
+            }
+        }
+    }
+    let ring = lock(&cluster.ring);
+    let mut by_member = BTreeMap::new();
+    for (id, op) in ops {
+        route(&mut by_member, &ring, &id, op);
+    }
+    by_member
+}
+
+/// Adds `op` to the updates of `id`'s owner and backup in `ring`.
+fn route(ops: &mut BTreeMap<String, Vec<pb::Op>>, ring: &Ring, id: &ObjectId, op: pb::Op) {
+    let owners = ring.owners(id, 2);
+    let Some((last, rest)) = owners.split_last() else {
+        return;
+    };
+    let mut add = |member: &str, op: pb::Op| match ops.get_mut(member) {
+        Some(v) => v.push(op),
+        None => {
+            ops.insert(member.to_string(), vec![op]);
+        }
+    };
+    for member in rest {
+        add(member, op.clone());
+    }
+    add(last, op);
 }
 
 /// Sends each member its ops (all members at once) and drops the local
@@ -151,13 +203,6 @@ async fn send(cluster: &Arc<Cluster>, ops: BTreeMap<String, Vec<pb::Op>>, rejoin
     }
 }
 
-/// When the local object `id` was sealed (µs since the epoch; 0 if gone):
-/// the version of a primary copy.
-fn sealed_at(cluster: &Cluster, id: &ObjectId) -> u64 {
-    let sh = cluster.shared.lock();
-    sh.store.sealed_at_us(id).map_or(0, |t| t.max(0) as u64)
-}
-
 /// Sends one update to `target`, retrying while it is alive.
 async fn deliver(
     c: &Arc<Cluster>,
@@ -166,6 +211,11 @@ async fn deliver(
     rejoin: bool,
     synced_ring: u64,
 ) -> Result<Vec<ObjectId>, tonic::Status> {
+    if target == c.me {
+        // This member's own directory: applied in place (no copy of the
+        // ops, nothing to retry).
+        return Ok(c.apply_update(&c.me, ops, rejoin, synced_ring));
+    }
     let backoff = super::retry::builder(Duration::from_millis(20), Duration::from_secs(1));
     (|| c.update_at(target, &c.me, ops.to_vec(), rejoin, synced_ring))
         .retry(backoff)
@@ -225,9 +275,7 @@ async fn reregister(cluster: &Arc<Cluster>) {
                 metadata_size: o.location.metadata_size,
                 version: sealed.max(0) as u64,
             };
-            for t in ring.owners(&o.id, 2) {
-                ops.entry(t.to_string()).or_default().push(op.clone());
-            }
+            route(&mut ops, &ring, &o.id, op);
         }
     }
     tracing::debug!(
@@ -242,4 +290,71 @@ async fn reregister(cluster: &Arc<Cluster>) {
         }
     }
     send(cluster, ops, Some(fingerprint)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(id: &ObjectId) -> pb::Op {
+        pb::Op {
+            kind: pb::OpKind::SealedCached as i32,
+            object_id: id.0.to_vec(),
+            data_size: 1000,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_op_goes_to_its_owner_and_backup_in_order() {
+        let ring = Ring::new(["a:1", "b:1", "c:1"]);
+        let ids: Vec<ObjectId> = (0..3000).map(|_| ObjectId::random()).collect();
+        let mut ops = BTreeMap::new();
+        for id in &ids {
+            route(&mut ops, &ring, id, op(id));
+        }
+        for member in ring.members() {
+            let want: Vec<Vec<u8>> = (ids.iter())
+                .filter(|id| ring.owners(id, 2).contains(&member.as_str()))
+                .map(|id| id.0.to_vec())
+                .collect();
+            let got: Vec<Vec<u8>> = ops[member].iter().map(|o| o.object_id.clone()).collect();
+            assert_eq!(got, want, "{member}'s updates");
+        }
+        let sent: usize = ops.values().map(Vec::len).sum();
+        assert_eq!(sent, 2 * ids.len());
+    }
+
+    #[test]
+    fn routing_a_batch_allocates_only_the_ops_it_sends() {
+        // A batch of seals (a remote get lands thousands at once) is routed
+        // to owners and backups without allocating per id: no member name,
+        // no list of owners. What is left is the id each op carries and the
+        // growth of each member's list.
+        let ring = Ring::new(["a:1", "b:1", "c:1"]);
+        let n = 10_000u64;
+        let batch: Vec<(ObjectId, pb::Op)> = (0..n)
+            .map(|_| {
+                let id = ObjectId::random();
+                (id, op(&id))
+            })
+            .collect();
+        let mut ops = BTreeMap::new();
+        let counted = allocation_counter::measure(|| {
+            for (id, op) in batch {
+                route(&mut ops, &ring, &id, op);
+            }
+        });
+        // One op per id was given; the second copy of each is the only
+        // allocation per id (log-many more for the lists and one name per
+        // member).
+        let per_member = 64 - n.leading_zeros() as u64;
+        let most = n + 3 * (per_member + 2);
+        assert!(
+            counted.count_total <= most,
+            "{} allocations routing {n} ops (at most {most})",
+            counted.count_total
+        );
+        assert_eq!(ops.values().map(Vec::len).sum::<usize>(), 2 * n as usize);
+    }
 }

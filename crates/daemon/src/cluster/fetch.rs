@@ -163,14 +163,11 @@ impl Cluster {
         }
         // What is not sealed yet is watched per owner, so that an object
         // sealed under one owner is pulled without waiting on another's.
-        let mut by_owner: BTreeMap<String, Vec<ObjectId>> = BTreeMap::new();
-        for id in left.ids {
-            let owner = self.targets(&id).remove(0);
-            by_owner.entry(owner).or_default().push(id);
-        }
+        let by_owner = self.by_target(&left.ids, 0..left.ids.len(), 0);
         let mut watches = JoinSet::new();
         let mut watched = HashMap::new();
-        for (_, ids) in by_owner {
+        for (_, idx) in by_owner {
+            let ids: Vec<ObjectId> = idx.into_iter().map(|i| left.ids[i]).collect();
             let c = self.clone();
             let task = watches.spawn(tracing::Instrument::in_current_span(
                 c.watch(ids.clone(), left.failed),

@@ -10,10 +10,14 @@
 //! running any build of the same release places every id identically.
 
 use ferroplasma_protocol::ObjectId;
+use smallvec::SmallVec;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 /// Points each member places on the ring (more points: a more even split).
 pub const POINTS_PER_MEMBER: u64 = 64;
+
+/// An id's owners, owner first (inline up to owner and backup).
+pub type Owners<'a> = SmallVec<[&'a str; 2]>;
 
 /// The ring for one view of the live members.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -71,9 +75,11 @@ impl Ring {
         &self.members
     }
 
-    /// Up to `n` distinct members for `id`, owner first.
-    pub fn owners(&self, id: &ObjectId, n: usize) -> Vec<&str> {
-        let mut out: Vec<&str> = Vec::with_capacity(n);
+    /// Up to `n` distinct members for `id`, owner first. Owner and backup
+    /// (`n` ≤ 2) come without an allocation: every batch routes each of
+    /// its ids through here.
+    pub fn owners(&self, id: &ObjectId, n: usize) -> Owners<'_> {
+        let mut out = Owners::new();
         if self.points.is_empty() {
             return out;
         }
@@ -110,8 +116,8 @@ mod tests {
             assert_ne!(o[0], o[1]);
         }
         assert_eq!(
-            Ring::new(["a:1"]).owners(&ObjectId::random(), 2),
-            vec!["a:1"]
+            Ring::new(["a:1"]).owners(&ObjectId::random(), 2).as_slice(),
+            ["a:1"]
         );
         assert!(Ring::default().owners(&ObjectId::random(), 2).is_empty());
     }
