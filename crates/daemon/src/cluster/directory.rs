@@ -4,7 +4,18 @@
 //! detector drive it.
 
 use ferroplasma_protocol::{IdHasher, ObjectId};
-use std::collections::HashMap;
+use smallvec::SmallVec;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A member's name as entries keep it: one allocation per member, shared
+/// by every entry that names it (an entry's books allocate nothing of
+/// their own for the members they list).
+pub type Member = Arc<str>;
+
+/// The members holding a copy: inline up to two (the primary and one
+/// cached copy) without a heap allocation.
+pub type Holders = SmallVec<[Member; 2]>;
 
 /// What the directory knows of one id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,7 +23,7 @@ pub enum State {
     /// Claimed by a member that has not sealed it yet.
     Creating {
         /// The creating member.
-        by: String,
+        by: Member,
     },
     /// Sealed; at least one member holds a copy.
     Sealed,
@@ -30,18 +41,18 @@ pub struct Entry {
     /// Where the object stands.
     pub state: State,
     /// Members holding a copy; the primary (creator) first while it has one.
-    pub holders: Vec<String>,
+    pub holders: Holders,
     /// The member that claimed the id (or first reported a primary copy):
     /// only it may report a primary copy later, so that a member coming
     /// back from a pause never takes over an id created again meanwhile.
-    pub creator: String,
+    pub creator: Option<Member>,
     /// Members that held a copy of this object and were declared dead: one
     /// that comes back (it was only paused or cut off) holds it again.
-    pub away: Vec<String>,
+    pub away: Vec<Member>,
     /// Members that may still hold a copy of an earlier object under this
     /// id (deleted, or lost and created again): their copies are refused,
     /// and they are forgotten once they report the copy dropped.
-    pub stale: Vec<String>,
+    pub stale: Vec<Member>,
     /// When the primary copy was sealed (µs since the epoch; 0 unknown):
     /// of two primaries reported under one id, the later wins.
     pub version: u64,
@@ -107,12 +118,24 @@ struct Rebuild {
 pub struct Directory {
     entries: HashMap<ObjectId, Entry, IdHasher>,
     rebuild: Rebuild,
+    /// Every member name the entries have used, once.
+    names: HashSet<Member>,
 }
 
 impl Directory {
     /// An empty directory.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// `node`'s shared name (made on its first use).
+    fn name(&mut self, node: &str) -> Member {
+        if let Some(m) = self.names.get(node) {
+            return m.clone();
+        }
+        let m: Member = node.into();
+        self.names.insert(m.clone());
+        m
     }
 
     /// Number of entries kept.
@@ -164,7 +187,7 @@ impl Directory {
     pub fn claim_in_ring(&mut self, id: ObjectId, node: &str, ring: u64, rejoin: bool) -> Claim {
         match self.entries.get(&id).map(|e| &e.state) {
             Some(State::Creating { by }) => {
-                return if by == node {
+                return if **by == *node {
                     Claim::Granted
                 } else {
                     Claim::Refused
@@ -202,19 +225,20 @@ impl Directory {
                     stale = std::mem::take(&mut e.stale);
                     stale.append(&mut e.away);
                 }
-                State::Creating { by } => return by == node,
+                State::Creating { by } => return **by == *node,
                 State::Sealed => return false,
             },
         }
         // The claimer has no copy of an older object under this id (its
         // store refused the create otherwise).
-        stale.retain(|h| h != node);
+        stale.retain(|h| **h != *node);
+        let by = self.name(node);
         self.entries.insert(
             id,
             Entry {
-                state: State::Creating { by: node.into() },
-                holders: Vec::new(),
-                creator: node.into(),
+                state: State::Creating { by: by.clone() },
+                holders: Holders::new(),
+                creator: Some(by),
                 away: Vec::new(),
                 stale,
                 version: 0,
@@ -233,18 +257,19 @@ impl Directory {
     /// (the id was lost, or its claim lapsed, while `node` was cut off, and
     /// was taken again: one id never names two objects).
     pub fn update(&mut self, id: ObjectId, node: &str, change: Change, rejoin: bool) -> bool {
-        let refused = |e: &Entry| e.state == State::Deleted || e.stale.iter().any(|h| h == node);
+        let refused = |e: &Entry| e.state == State::Deleted || e.stale.iter().any(|h| **h == *node);
         match change {
             Change::SealedPrimary {
                 data_size,
                 metadata_size,
                 version,
             } => {
+                let name = self.name(node);
                 if let Some(e) = self.entries.get_mut(&id) {
-                    let other = !e.creator.is_empty() && e.creator != node;
+                    let other = e.creator.as_deref().is_some_and(|c| c != node);
                     let refuse = match &e.state {
                         // Someone's claim is in progress.
-                        State::Creating { by } => by != node,
+                        State::Creating { by } => **by != *node,
                         // The deleted object itself (or an older one).
                         State::Deleted => version <= e.version,
                         // Another member's object, sealed no earlier.
@@ -256,7 +281,7 @@ impl Directory {
                     if other && e.state != State::Deleted {
                         // A later object replaces one lost meanwhile: what
                         // is left of that one is stale.
-                        let old: Vec<String> =
+                        let old: Vec<Member> =
                             e.holders.drain(..).chain(e.away.drain(..)).collect();
                         e.stale.extend(old);
                     }
@@ -266,20 +291,21 @@ impl Directory {
                     .entry(id)
                     .or_insert_with(|| Entry::sealed(data_size, metadata_size));
                 e.state = State::Sealed;
-                e.creator = node.into();
+                e.creator = Some(name.clone());
                 e.version = version;
                 e.data_size = data_size;
                 e.metadata_size = metadata_size;
-                e.holders.retain(|h| h != node);
-                e.holders.insert(0, node.into());
-                e.away.retain(|h| h != node);
-                e.stale.retain(|h| h != node);
+                e.holders.retain(|h| **h != *node);
+                e.holders.insert(0, name);
+                e.away.retain(|h| **h != *node);
+                e.stale.retain(|h| **h != *node);
                 true
             }
             Change::SealedCached {
                 data_size,
                 metadata_size,
             } => {
+                let name = self.name(node);
                 let e = match self.entries.get_mut(&id) {
                     Some(e) => e,
                     None if rejoin => self
@@ -293,17 +319,17 @@ impl Directory {
                     return false;
                 }
                 e.state = State::Sealed;
-                if !e.holders.iter().any(|h| h == node) {
-                    e.holders.push(node.into());
+                if !e.holders.iter().any(|h| **h == *node) {
+                    e.holders.push(name);
                 }
-                e.away.retain(|h| h != node);
+                e.away.retain(|h| **h != *node);
                 true
             }
             Change::Dropped | Change::Aborted => {
                 let Some(e) = self.entries.get_mut(&id) else {
                     return true;
                 };
-                let claimed = e.state == State::Creating { by: node.into() };
+                let claimed = matches!(&e.state, State::Creating { by } if **by == *node);
                 if change == Change::Aborted {
                     if claimed {
                         if e.stale.is_empty() {
@@ -315,9 +341,9 @@ impl Directory {
                     return true;
                 }
                 let held = e.holders.len();
-                e.holders.retain(|h| h != node);
-                e.away.retain(|h| h != node);
-                e.stale.retain(|h| h != node);
+                e.holders.retain(|h| **h != *node);
+                e.away.retain(|h| **h != *node);
+                e.stale.retain(|h| **h != *node);
                 if e.state == State::Sealed && held > 0 && e.holders.is_empty() {
                     if !e.away.is_empty() {
                         // Evicted everywhere but on members that may return.
@@ -347,7 +373,7 @@ impl Directory {
     /// reported dropping it.
     pub fn forget(&mut self, id: &ObjectId) -> Option<Entry> {
         let mut e = self.entries.remove(id)?;
-        let mut pending: Vec<String> = e.holders.clone();
+        let mut pending: Holders = e.holders.clone();
         pending.extend(e.away.iter().cloned());
         let mut stale = e.stale.clone();
         stale.extend(pending.iter().cloned());
@@ -372,16 +398,17 @@ impl Directory {
     /// id may be created again). Returns how many were lost.
     pub fn member_died(&mut self, node: &str) -> usize {
         let mut lost = 0;
+        let name = self.name(node);
         for e in self.entries.values_mut() {
-            if e.state == (State::Creating { by: node.into() }) {
+            if matches!(&e.state, State::Creating { by } if **by == *node) {
                 e.state = State::Lost;
                 lost += 1;
                 continue;
             }
             let held = e.holders.len();
-            e.holders.retain(|h| h != node);
-            if held != e.holders.len() && !e.away.iter().any(|h| h == node) {
-                e.away.push(node.into());
+            e.holders.retain(|h| **h != *node);
+            if held != e.holders.len() && !e.away.iter().any(|h| **h == *node) {
+                e.away.push(name.clone());
             }
             if e.state == State::Sealed && e.holders.is_empty() && held > 0 {
                 e.state = State::Lost;
@@ -411,10 +438,11 @@ impl Directory {
     /// paused or cut off, not restarted): it holds again what it held, and
     /// an object lost with it is found again.
     pub fn member_back(&mut self, node: &str) {
+        let name = self.name(node);
         for e in self.entries.values_mut() {
-            if let Some(i) = e.away.iter().position(|h| h == node) {
+            if let Some(i) = e.away.iter().position(|h| **h == *node) {
                 e.away.remove(i);
-                e.holders.push(node.into());
+                e.holders.push(name.clone());
                 if e.state == State::Lost {
                     e.state = State::Sealed;
                 }
@@ -428,8 +456,8 @@ impl Directory {
     pub fn member_restarted(&mut self, node: &str) -> usize {
         let lost = self.member_died(node);
         self.entries.retain(|_, e| {
-            e.away.retain(|h| h != node);
-            e.stale.retain(|h| h != node);
+            e.away.retain(|h| **h != *node);
+            e.stale.retain(|h| **h != *node);
             !(e.state == State::Deleted && e.stale.is_empty())
         });
         lost
@@ -440,8 +468,8 @@ impl Entry {
     fn sealed(data_size: u64, metadata_size: u64) -> Self {
         Entry {
             state: State::Sealed,
-            holders: Vec::new(),
-            creator: String::new(),
+            holders: Holders::new(),
+            creator: None,
             away: Vec::new(),
             stale: Vec::new(),
             version: 0,
@@ -454,6 +482,10 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn names(holders: &[Member]) -> Vec<&str> {
+        holders.iter().map(|h| &**h).collect()
+    }
 
     const PRIMARY: Change = Change::SealedPrimary {
         data_size: 10,
@@ -554,6 +586,32 @@ mod tests {
     }
 
     #[test]
+    fn recording_copies_allocates_nothing_once_the_members_are_known() {
+        // Every object a member pulls is one update at its owner and
+        // backup: with the members' names known (and room in the map),
+        // an entry's primary, its cached copies and their drops cost no
+        // heap allocation.
+        let mut d = Directory::new();
+        let first = ObjectId::random();
+        d.update(first, "a", PRIMARY, false);
+        d.update(first, "b", CACHED, false);
+        let ids: Vec<ObjectId> = (0..1000).map(|_| ObjectId::random()).collect();
+        d.entries.reserve(ids.len());
+        let counted = allocation_counter::measure(|| {
+            for id in &ids {
+                assert!(d.update(*id, "a", PRIMARY, false));
+                assert!(d.update(*id, "b", CACHED, false));
+            }
+            for id in &ids[..500] {
+                assert!(d.update(*id, "b", Change::Dropped, false));
+            }
+        });
+        assert_eq!(counted.count_total, 0, "{counted:?}");
+        assert_eq!(names(&d.lookup(&ids[0]).unwrap().holders), ["a"]);
+        assert_eq!(names(&d.lookup(&ids[999]).unwrap().holders), ["a", "b"]);
+    }
+
+    #[test]
     fn copies_are_recorded_primary_first_and_dropped_one_by_one() {
         let mut d = Directory::new();
         let id = ObjectId::random();
@@ -561,9 +619,9 @@ mod tests {
         d.update(id, "a", PRIMARY, false);
         assert!(d.update(id, "b", CACHED, false));
         assert!(d.update(id, "c", CACHED, false));
-        assert_eq!(d.lookup(&id).unwrap().holders, ["a", "b", "c"]);
+        assert_eq!(names(&d.lookup(&id).unwrap().holders), ["a", "b", "c"]);
         d.update(id, "a", Change::Dropped, false);
-        assert_eq!(d.lookup(&id).unwrap().holders, ["b", "c"]);
+        assert_eq!(names(&d.lookup(&id).unwrap().holders), ["b", "c"]);
         d.update(id, "b", Change::Dropped, false);
         d.update(id, "c", Change::Dropped, false);
         assert!(d.lookup(&id).is_none(), "evicted everywhere: gone");
@@ -589,7 +647,7 @@ mod tests {
         d.claim(claimed, "a");
         assert_eq!(d.member_died("a"), 2);
         assert_eq!(d.lookup(&solo).unwrap().state, State::Lost);
-        assert_eq!(d.lookup(&shared).unwrap().holders, ["b"]);
+        assert_eq!(names(&d.lookup(&shared).unwrap().holders), ["b"]);
         // Its claim too: it may have sealed before the directory heard.
         assert_eq!(d.lookup(&claimed).unwrap().state, State::Lost);
         assert!(d.claim(claimed, "b"), "and the id may be taken again");
@@ -620,13 +678,13 @@ mod tests {
         );
         assert!(d.update(id, "b", PRIMARY, false));
         assert!(!d.update(id, "a", PRIMARY, true));
-        assert_eq!(d.lookup(&id).unwrap().holders, ["b"]);
+        assert_eq!(names(&d.lookup(&id).unwrap().holders), ["b"]);
         // A cached copy registered first (a new owner) leaves the creator
         // unknown: the primary is taken.
         let other = ObjectId::random();
         assert!(d.update(other, "c", CACHED, true));
         assert!(d.update(other, "a", PRIMARY, true));
-        assert_eq!(d.lookup(&other).unwrap().holders, ["a", "c"]);
+        assert_eq!(names(&d.lookup(&other).unwrap().holders), ["a", "c"]);
         // Its own object, lost while it was away, it gets back.
         let mine = ObjectId::random();
         d.claim(mine, "a");
@@ -641,7 +699,7 @@ mod tests {
         let id = ObjectId::random();
         d.update(id, "a", PRIMARY, false);
         d.update(id, "b", CACHED, false);
-        assert_eq!(d.forget(&id).unwrap().holders, ["a", "b"]);
+        assert_eq!(names(&d.forget(&id).unwrap().holders), ["a", "b"]);
         // Until they report the copies dropped, a report of one is refused.
         assert_eq!(d.lookup(&id).unwrap().state, State::Deleted);
         assert!(!d.update(id, "b", CACHED, true));
@@ -657,10 +715,10 @@ mod tests {
         d.update(id, "a", PRIMARY, false);
         d.update(id, "b", CACHED, false);
         d.member_died("b");
-        assert_eq!(d.lookup(&id).unwrap().holders, ["a"]);
+        assert_eq!(names(&d.lookup(&id).unwrap().holders), ["a"]);
         // Deleted while b was away: b is among the holders the delete is
         // told of, and its copy is refused when it comes back.
-        assert_eq!(d.forget(&id).unwrap().holders, ["a", "b"]);
+        assert_eq!(names(&d.forget(&id).unwrap().holders), ["a", "b"]);
         d.update(id, "a", Change::Dropped, false);
         assert!(
             !d.update(id, "b", CACHED, true),
@@ -674,7 +732,7 @@ mod tests {
         d.update(kept, "b", CACHED, false);
         d.member_died("a");
         assert!(d.update(kept, "a", PRIMARY, true));
-        assert_eq!(d.lookup(&kept).unwrap().holders, ["a", "b"]);
+        assert_eq!(names(&d.lookup(&kept).unwrap().holders), ["a", "b"]);
         // One back from a pause holds it again, a lost object included.
         let paused = ObjectId::random();
         d.update(paused, "p", PRIMARY, false);
@@ -682,7 +740,7 @@ mod tests {
         assert_eq!(d.lookup(&paused).unwrap().state, State::Lost);
         d.member_back("p");
         assert_eq!(d.lookup(&paused).unwrap().state, State::Sealed);
-        assert_eq!(d.lookup(&paused).unwrap().holders, ["p"]);
+        assert_eq!(names(&d.lookup(&paused).unwrap().holders), ["p"]);
         // One that restarted holds nothing: the deletion is complete.
         let gone = ObjectId::random();
         d.update(gone, "c", PRIMARY, false);
@@ -728,8 +786,8 @@ mod tests {
             );
             let e = d.lookup(&id).unwrap();
             assert_eq!(
-                (e.creator.as_str(), e.holders.clone()),
-                ("b", vec!["b".to_string()])
+                (e.creator.as_deref(), names(&e.holders)),
+                (Some("b"), vec!["b"])
             );
         }
         // A deleted object reported again is refused; a later one is not.
@@ -758,7 +816,7 @@ mod tests {
             !d.update(id, "b", CACHED, true),
             "b's copy is of the old object"
         );
-        assert_eq!(d.lookup(&id).unwrap().holders, ["c"]);
+        assert_eq!(names(&d.lookup(&id).unwrap().holders), ["c"]);
         d.update(id, "b", Change::Dropped, false);
         assert!(d.lookup(&id).unwrap().stale.is_empty());
         // The same after a loss: the lost object's holder is refused too.

@@ -54,7 +54,10 @@ fn data(c: &Cluster, id: &ObjectId) -> Option<Vec<u8>> {
 
 fn holders(c: &Cluster, id: &ObjectId) -> Vec<String> {
     let d = lock(&c.directory);
-    let mut h = d.lookup(id).map(|e| e.holders.clone()).unwrap_or_default();
+    let mut h: Vec<String> = d
+        .lookup(id)
+        .map(|e| e.holders.iter().map(|h| h.to_string()).collect())
+        .unwrap_or_default();
     h.sort();
     h
 }

@@ -39,7 +39,7 @@ pub fn entry_pb(e: Option<&Entry>) -> pb::Entry {
                 State::Lost => pb::EntryState::Lost,
                 State::Deleted => pb::EntryState::Absent,
             } as i32,
-            holders: e.holders.clone(),
+            holders: e.holders.iter().map(|h| h.to_string()).collect(),
             data_size: e.data_size,
             metadata_size: e.metadata_size,
         },
