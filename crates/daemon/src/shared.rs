@@ -343,13 +343,23 @@ impl Shared {
     }
 
     /// A spill was written: the restores that waited for room try again;
-    /// the waiters of one that still cannot come back are told.
+    /// the waiters of one that still cannot come back are told, and so are
+    /// those of one no longer spilled (deleted while it waited): a get that
+    /// does not wait then answers without it instead of waiting for a
+    /// restore that will never come.
     fn retry_restores(&mut self, me: &SharedRef) {
         for id in std::mem::take(&mut self.restores_waiting) {
-            if let Err(e) = self.request_restore(me, id) {
-                tracing::debug!(%id, error = %e, "a spilled object cannot come back yet");
-                let fx = self.store.wake_waiters(id);
-                self.deliver(fx);
+            match self.request_restore(me, id) {
+                Ok(Restore::Underway) => {}
+                Ok(Restore::NotSpilled) => {
+                    let fx = self.store.wake_waiters(id);
+                    self.deliver(fx);
+                }
+                Err(e) => {
+                    tracing::debug!(%id, error = %e, "a spilled object cannot come back yet");
+                    let fx = self.store.wake_waiters(id);
+                    self.deliver(fx);
+                }
             }
         }
     }
