@@ -45,8 +45,7 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
                 Err(_) => break,
             }
         }
-        let ids: Vec<ObjectId> = batch.iter().filter_map(notice_id).collect();
-        let ops = plan(&cluster, batch);
+        let (ops, ids) = plan(&cluster, batch);
         send(&cluster, ops, None).await;
         // Sent (or their owner died): claims of these ids may go on.
         {
@@ -64,20 +63,11 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
     }
 }
 
-/// The id a notice tells the directory of (none for those it does not).
-fn notice_id(n: &Notice) -> Option<ObjectId> {
-    match n {
-        Notice::Event(e) => Some(e.id),
-        Notice::Aborted(id) => Some(*id),
-        Notice::Sealed(_) | Notice::Restored(_) => None,
-    }
-}
-
-/// The updates a batch of notices makes, by member: each op goes to its
-/// id's owner and backup. The shared books (cached copies, claims, seal
-/// times, the ring) are each taken once for the whole batch, and nothing
-/// is allocated per notice but its ops.
-fn plan(cluster: &Cluster, batch: Vec<Notice>) -> BTreeMap<String, Vec<pb::Op>> {
+/// The updates a batch of notices makes, by member (each op goes to its
+/// id's owner and backup), and the ids they are about. The shared books
+/// (cached copies, claims, seal times, the ring) are each taken once for
+/// the whole batch, and nothing is allocated per notice but its ops.
+fn plan(cluster: &Cluster, batch: Vec<Notice>) -> (BTreeMap<String, Vec<pb::Op>>, Vec<ObjectId>) {
     let mut ops: Vec<(ObjectId, pb::Op)> = Vec::with_capacity(batch.len());
     let mut unclaimed: Vec<ObjectId> = Vec::new();
     {
@@ -131,12 +121,13 @@ fn plan(cluster: &Cluster, batch: Vec<Notice>) -> BTreeMap<String, Vec<pb::Op>> 
             }
         }
     }
+    let ids = ops.iter().map(|(id, _)| *id).collect();
     let ring = lock(&cluster.ring);
     let mut by_member = BTreeMap::new();
     for (id, op) in ops {
         route(&mut by_member, &ring, &id, op);
     }
-    by_member
+    (by_member, ids)
 }
 
 /// Adds `op` to the updates of `id`'s owner and backup in `ring`.

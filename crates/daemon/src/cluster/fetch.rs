@@ -330,11 +330,12 @@ impl Cluster {
                         .and_then(|e| {
                             e.holders
                                 .iter()
-                                .find(|h| ***h != *self.me && asked.contains_key(&***h))
+                                .map(|h| &**h)
+                                .find(|&h| h != self.me && asked.contains_key(h))
                         });
                     match holder {
                         Some(h) => {
-                            asked.get_mut(&**h).expect("asked").push((i, false));
+                            asked.get_mut(h).expect("asked").push((i, false));
                             with_lookups.push(i);
                         }
                         None => rest.push(i),
