@@ -222,7 +222,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 );
             }
             println!(
-                "pulled {} objects ({}) in {} requests, served {} ({}); {} lookups, {} claims sent; {} directory entries kept; {} updates pending",
+                "pulled {} objects ({}) in {} requests, served {} ({}); {} lookups, {} claims sent; {} directory entries kept; {} updates sent, {} pending",
                 s.fetches,
                 human(s.fetched_bytes),
                 s.pulls,
@@ -231,6 +231,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 s.lookups,
                 s.claims,
                 s.directory_entries,
+                s.updates,
                 s.updates_pending
             );
             Ok(())

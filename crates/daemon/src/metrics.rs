@@ -320,6 +320,13 @@ impl Collector for StoreCollector {
             None,
             st.claims,
         )?;
+        counter(
+            &mut e,
+            "cluster_updates",
+            "Directory updates delivered to other members",
+            None,
+            st.updates,
+        )?;
         gauge(
             &mut e,
             "cluster_directory_entries",

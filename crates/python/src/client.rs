@@ -284,6 +284,7 @@ impl NativeClient {
         d.set_item("lookups", s.lookups)?;
         d.set_item("claims", s.claims)?;
         d.set_item("directory_entries", s.directory_entries)?;
+        d.set_item("updates", s.updates)?;
         d.set_item("updates_pending", s.updates_pending)?;
         Ok(d)
     }

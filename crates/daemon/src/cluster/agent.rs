@@ -15,9 +15,11 @@ use backon::Retryable;
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{EventKind, Notice};
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// Most events folded into one round of updates.
 const BATCH: usize = 4096;
@@ -25,8 +27,23 @@ const BATCH: usize = 4096;
 /// Most operations in one `Update` (the peer service refuses more).
 pub const MAX_OPS: usize = 16_384;
 
+/// How long after one update the next may go out when it only announces
+/// cached copies. A reader that pulls objects one at a time (each get a
+/// batch of one) would otherwise send the ids' owners an update per get,
+/// and each update's work (gRPC on both members) would land right when its
+/// next get wants the cores; held back, a stream of gets announces its
+/// copies in one update per [`LINGER`]. An update that is not about cached
+/// copies alone (a new object, a deletion, an abort) goes out at once, and
+/// takes the held-back announcements with it. Nothing waits on the
+/// announcement of a copy: until it arrives, other members pull from the
+/// copies the directory already knows, and a delete meanwhile has the copy
+/// refused (and dropped) when it is announced (docs/cluster.md).
+pub const LINGER: Duration = Duration::from_millis(2);
+
 /// Runs until the store drops the subscription.
 pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Notice>) {
+    // When the last update went out (for the linger of cached copies).
+    let mut last_sent: Option<Instant> = None;
     loop {
         let first = tokio::select! {
             n = events.recv() => match n {
@@ -39,13 +56,14 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
             }
         };
         let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match events.try_recv() {
-                Ok(n) => batch.push(n),
-                Err(_) => break,
+        take_waiting(&mut events, &mut batch);
+        if let Some(at) = last_sent {
+            if only_cached_copies(&cluster, &batch) {
+                linger(&cluster, &mut events, &mut batch, at + LINGER).await;
             }
         }
         let (ops, ids) = plan(&cluster, batch);
+        last_sent = Some(Instant::now());
         send(&cluster, ops, None).await;
         // Sent (or their owner died): claims of these ids may go on.
         {
@@ -60,6 +78,50 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
             }
         }
         cluster.updates_sent.notify_waiters();
+    }
+}
+
+/// Adds the notices already queued to `batch`, up to [`BATCH`].
+fn take_waiting(events: &mut mpsc::UnboundedReceiver<Notice>, batch: &mut Vec<Notice>) {
+    while batch.len() < BATCH {
+        match events.try_recv() {
+            Ok(n) => batch.push(n),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Whether every notice of `batch` is the seal of a cached copy (or needs
+/// no update at all).
+fn only_cached_copies(cluster: &Cluster, batch: &[Notice]) -> bool {
+    let cached = lock(&cluster.cached);
+    batch.iter().all(|n| match n {
+        Notice::Event(e) => e.kind == EventKind::Sealed && cached.contains(&e.id),
+        Notice::Aborted(_) => false,
+        Notice::Sealed(_) | Notice::Restored(_) => true,
+    })
+}
+
+/// Adds to `batch` what comes until `until`, or until a notice comes that
+/// is not a cached copy's seal, or the batch is full.
+async fn linger(
+    cluster: &Cluster,
+    events: &mut mpsc::UnboundedReceiver<Notice>,
+    batch: &mut Vec<Notice>,
+    until: Instant,
+) {
+    while batch.len() < BATCH {
+        let Ok(Some(n)) = tokio::time::timeout_at(until, events.recv()).await else {
+            // Time is up, or the store is gone (the next `recv` ends the
+            // agent once this batch is sent).
+            return;
+        };
+        let from = batch.len();
+        batch.push(n);
+        take_waiting(events, batch);
+        if !only_cached_copies(cluster, &batch[from..]) {
+            return;
+        }
     }
 }
 
@@ -208,7 +270,7 @@ async fn deliver(
         return Ok(c.apply_update(&c.me, ops, rejoin, synced_ring));
     }
     let backoff = super::retry::builder(Duration::from_millis(20), Duration::from_secs(1));
-    (|| c.update_at(target, &c.me, ops.to_vec(), rejoin, synced_ring))
+    let refused = (|| c.update_at(target, &c.me, ops.to_vec(), rejoin, synced_ring))
         .retry(backoff)
         .when(|e| {
             let alive = target == c.me || lock(&c.membership).is_alive(target);
@@ -217,7 +279,9 @@ async fn deliver(
             }
             alive
         })
-        .await
+        .await?;
+    c.counters.updates.fetch_add(1, Ordering::Relaxed);
+    Ok(refused)
 }
 
 /// Tells the current owners of every local object (and unsealed claim)

@@ -166,3 +166,61 @@ fn an_object_made_here_during_its_pull_stays_this_members_own() {
     // Registered as a primary, sealed after G's: the later object is X.
     eventually("F registered as X's holder", || holders(&f, &x) == [f.me()]);
 }
+
+/// A reader on F gets G's objects one at a time, each as soon as the one
+/// before is here. Their copies are announced to G (owner or backup of
+/// every id in a ring of two) in at most one update per
+/// [`agent::LINGER`](super::super::agent::LINGER), not one per get, and
+/// every one of them is announced.
+#[test]
+fn copies_pulled_one_at_a_time_are_announced_together() {
+    let rts: Vec<_> = (0..2).map(|_| super::super::test_runtime()).collect();
+    let f = member(&rts[0], vec![]);
+    let g = member(&rts[1], vec![f.me().to_string()]);
+    eventually("a ring of two everywhere", || {
+        [&f, &g]
+            .iter()
+            .all(|m| lock(&m.ring).members().len() == 2 && m.settled())
+    });
+    let ids: Vec<ObjectId> = (0..60).map(|_| ObjectId::random()).collect();
+    for (i, id) in ids.iter().enumerate() {
+        put(&g, *id, &[i as u8; 1000]);
+    }
+    eventually("G's objects in both directories", || {
+        ids.iter()
+            .all(|id| holders(&f, id) == [g.me()] && holders(&g, id) == [g.me()])
+    });
+    let updates = f.counters.updates.load(Ordering::Relaxed);
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let started = Instant::now();
+    for (i, id) in ids.iter().enumerate() {
+        f.want(vec![*id], None, tx.clone());
+        let t = Instant::now();
+        while data(&f, id).is_none() {
+            assert!(t.elapsed() < Duration::from_secs(10), "get {i} never done");
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    let mut both = vec![f.me().to_string(), g.me().to_string()];
+    both.sort();
+    eventually("every copy announced on both members", || {
+        ids.iter()
+            .all(|id| holders(&f, id) == both && holders(&g, id) == both)
+    });
+    let took = started.elapsed();
+    let sent = f.counters.updates.load(Ordering::Relaxed) - updates;
+    let linger = super::super::agent::LINGER;
+    let most = (took.as_micros() / linger.as_micros()) as u64 + 2;
+    assert!(
+        sent <= most,
+        "{sent} updates for {} copies pulled in {took:?}: at most {most} (one per {linger:?})",
+        ids.len()
+    );
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(
+            data(&f, id),
+            Some(vec![i as u8; 1000]),
+            "object {i}'s bytes"
+        );
+    }
+}

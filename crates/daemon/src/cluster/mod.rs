@@ -133,6 +133,9 @@ pub struct Counters {
     pub lookups: AtomicU64,
     /// Ids claimed for creates.
     pub claims: AtomicU64,
+    /// Directory updates delivered to other members (each carries the
+    /// news of many objects).
+    pub updates: AtomicU64,
 }
 
 /// A fetch in progress and the connections waiting on it.
@@ -520,6 +523,7 @@ impl Cluster {
             claims: c.claims.load(Ordering::Relaxed),
             directory_entries: lock(&self.directory).len() as u64,
             updates_pending: self.shared.lock().agent_pending.len() as u64,
+            updates: c.updates.load(Ordering::Relaxed),
         }
     }
 
