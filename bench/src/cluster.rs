@@ -67,6 +67,10 @@ const CONFIGS: [(usize, usize); 6] = [
     (10, 100_000_000),
 ];
 const CHUNK: usize = 4 << 20;
+
+/// The pause before each single get (and each idle round trip): long
+/// enough for the directory entry to arrive and for every thread to sleep.
+const IDLE: Duration = Duration::from_millis(2);
 const NS: [&str; 2] = ["fp-bench-a", "fp-bench-b"];
 const IPS: [&str; 2] = ["10.231.0.1", "10.231.0.2"];
 
@@ -241,10 +245,12 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
     let raw1 = tcp_throughput(net, &me, 2 << 30, 1)?;
     let raw8 = tcp_throughput(net, &me, 2 << 30, 8)?;
     let raw = raw1.max(raw8);
-    let rtt = tcp_rtt(net, &me)?;
+    let (rtt, rtt_idle) = tcp_rtt(net, &me)?;
     eprintln!(
-        "raw TCP {raw1:.2} GiB/s on one stream, {raw8:.2} GiB/s on 8; round trip {:.1} µs",
-        rtt * 1e6
+        "raw TCP {raw1:.2} GiB/s on one stream, {raw8:.2} GiB/s on 8; round trip {:.1} µs \
+         back to back, {:.1} µs after {IDLE:?} idle",
+        rtt * 1e6,
+        rtt_idle * 1e6
     );
 
     let mut rows = Vec::new();
@@ -314,7 +320,7 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         a.put(id, &[7u8; 1000], b"")?;
         // Let the directory entry arrive, as a reader that learned the id
         // from a message would.
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(IDLE);
         let t = Instant::now();
         let got = b.get(&[id], Some(Duration::from_secs(10)))?;
         single.push(t.elapsed().as_secs_f64());
@@ -328,13 +334,40 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
     }
     let small = median(single);
     let small_local = median(local);
+    // A reader that gets remote objects one after another, each as soon as
+    // the one before is here (the stores never idle in between).
+    let ids: Vec<ObjectId> = (0..200).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        a.put(*id, &[7u8; 1000], b"")?;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut streak = Vec::new();
+    for id in &ids {
+        let t = Instant::now();
+        let got = b.get(&[*id], Some(Duration::from_secs(10)))?;
+        streak.push(t.elapsed().as_secs_f64());
+        anyhow::ensure!(got[0].is_some(), "small object not fetched");
+    }
+    a.delete(&ids)?;
+    let small_streak = median(streak);
     eprintln!(
-        "one remote 1 kB get: {:.1} µs median = {:.2} TCP round trips; the same get local: {:.1} µs",
+        "one remote 1 kB get: {:.1} µs median after {IDLE:?} idle = {:.2} TCP round trips \
+         after as long idle; {:.1} µs back to back = {:.2} back-to-back round trips; \
+         the same get local: {:.1} µs",
         small * 1e6,
-        small / rtt,
+        small / rtt_idle,
+        small_streak * 1e6,
+        small_streak / rtt,
         small_local * 1e6
     );
-    let goals = goals(&rows, small, small_local, rtt);
+    let singles = Singles {
+        idle: small,
+        streak: small_streak,
+        local: small_local,
+        rtt,
+        rtt_idle,
+    };
+    let goals = goals(&rows, &singles);
     for g in &goals {
         eprintln!(
             "goal {}: {} ({})",
@@ -353,8 +386,13 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         "raw_tcp_1_stream_gib_s": raw1,
         "raw_tcp_8_streams_gib_s": raw8,
         "tcp_rtt_us": rtt * 1e6,
+        "tcp_rtt_idle_us": rtt_idle * 1e6,
+        "idle_ms": IDLE.as_secs_f64() * 1e3,
         "small_remote_get_us": small * 1e6,
-        "small_remote_get_rtts": small / rtt,
+        "small_remote_get_rtts": small / rtt_idle,
+        "small_remote_get_vs_back_to_back_rtts": small / rtt,
+        "small_remote_get_back_to_back_us": small_streak * 1e6,
+        "small_remote_get_back_to_back_rtts": small_streak / rtt,
         "small_local_get_us": small_local * 1e6,
         "seed_remote_1000x1kb_ms": SEED_REMOTE_1000X1KB_MS,
         "goals": goals,
@@ -379,13 +417,25 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The goals of `make bench-cluster` (issue 24), judged on this run.
-fn goals(
-    rows: &[serde_json::Value],
-    small: f64,
-    small_local: f64,
+/// The single small gets of a run, and the round trips they are held to.
+struct Singles {
+    /// One remote get, each after [`IDLE`] with nothing to do (seconds).
+    idle: f64,
+    /// One remote get, back to back.
+    streak: f64,
+    /// The same get answered locally.
+    local: f64,
+    /// 1-byte TCP round trip, back to back.
     rtt: f64,
-) -> Vec<serde_json::Value> {
+    /// 1-byte TCP round trip, each after [`IDLE`] idle.
+    rtt_idle: f64,
+}
+
+/// The goals of `make bench-cluster` (issue 24), judged on this run. A
+/// single get is held to round trips measured the way it was: after the
+/// same idle pause, or back to back (a vCPU woken from idle costs more
+/// than the wire, and counts in both or in neither).
+fn goals(rows: &[serde_json::Value], one: &Singles) -> Vec<serde_json::Value> {
     let row = |n: u64, size: u64| {
         rows.iter()
             .find(|r| r["objects"] == n && r["object_bytes"] == size)
@@ -417,13 +467,22 @@ fn goals(
             }));
         }
     }
-    let rtts = (small - small_local) / rtt;
-    out.push(json!({
-        "goal": "one remote 1 kB get <= 3 TCP round trips + the local get",
-        "met": rtts <= 3.0,
-        "measured": format!("{:.0} us = local {:.0} us + {rtts:.2} round trips of {:.1} us",
-            small * 1e6, small_local * 1e6, rtt * 1e6),
-    }));
+    for (how, get, rtt) in [
+        (
+            format!("after {} ms idle", IDLE.as_millis()),
+            one.idle,
+            one.rtt_idle,
+        ),
+        ("back to back".to_string(), one.streak, one.rtt),
+    ] {
+        let rtts = (get - one.local) / rtt;
+        out.push(json!({
+            "goal": format!("one remote 1 kB get <= 3 TCP round trips + the local get, {how}"),
+            "met": rtts <= 3.0,
+            "measured": format!("{:.0} us = local {:.0} us + {rtts:.2} round trips of {:.1} us",
+                get * 1e6, one.local * 1e6, rtt * 1e6),
+        }));
+    }
     out
 }
 
@@ -471,8 +530,9 @@ fn tcp_throughput(net: &Net, me: &Path, bytes: u64, streams: usize) -> anyhow::R
     Ok(best)
 }
 
-/// Median 1-byte ping-pong time between the namespaces, in seconds.
-fn tcp_rtt(net: &Net, me: &Path) -> anyhow::Result<f64> {
+/// Median 1-byte ping-pong time between the namespaces, in seconds: back
+/// to back, and each after [`IDLE`] idle.
+fn tcp_rtt(net: &Net, me: &Path) -> anyhow::Result<(f64, f64)> {
     let addr = format!("{}:7498", net.ip(0));
     let _echo = Killed(net.cmd(0, me).args(["--tcp-echo", &addr]).spawn()?);
     let out = net
@@ -480,10 +540,13 @@ fn tcp_rtt(net: &Net, me: &Path) -> anyhow::Result<f64> {
         .args(["--tcp-echo", &format!("ping:{addr}")])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
-    for l in text.lines() {
-        if let Some(v) = l.strip_prefix("rtt_s ") {
-            return Ok(v.trim().parse()?);
-        }
+    let value = |key: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    if let (Some(hot), Some(idle)) = (value("rtt_s "), value("rtt_idle_s ")) {
+        return Ok((hot, idle));
     }
     bail!(
         "TCP round trip measurement failed: {}",
@@ -584,6 +647,15 @@ fn tcp_echo(spec: &str) -> anyhow::Result<()> {
             }
         }
         println!("rtt_s {}", median(v));
+        let mut v = Vec::new();
+        for _ in 0..300 {
+            std::thread::sleep(IDLE);
+            let t = Instant::now();
+            s.write_all(&[1])?;
+            s.read_exact(&mut b)?;
+            v.push(t.elapsed().as_secs_f64());
+        }
+        println!("rtt_idle_s {}", median(v));
         return Ok(());
     }
     let l = TcpListener::bind(spec)?;
