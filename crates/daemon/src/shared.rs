@@ -350,17 +350,16 @@ impl Shared {
     fn retry_restores(&mut self, me: &SharedRef) {
         for id in std::mem::take(&mut self.restores_waiting) {
             match self.request_restore(me, id) {
-                Ok(Restore::Underway) => {}
-                Ok(Restore::NotSpilled) => {
-                    let fx = self.store.wake_waiters(id);
-                    self.deliver(fx);
-                }
+                Ok(Restore::Underway) => continue,
+                Ok(Restore::NotSpilled) => {}
                 Err(e) => {
                     tracing::debug!(%id, error = %e, "a spilled object cannot come back yet");
-                    let fx = self.store.wake_waiters(id);
-                    self.deliver(fx);
                 }
             }
+            // Its gets hear that it is not coming (yet): those that do not
+            // wait answer without it.
+            let fx = self.store.wake_waiters(id);
+            self.deliver(fx);
         }
     }
 

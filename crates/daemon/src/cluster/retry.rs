@@ -13,13 +13,13 @@ pub fn backoff(min: Duration, max: Duration) -> ExponentialBackoff {
 
 /// [`backoff`] as a builder, for `backon::Retryable::retry`.
 pub fn builder(min: Duration, max: Duration) -> ExponentialBuilder {
-    let mut seed = [0u8; 8];
-    let _ = getrandom::fill(&mut seed);
+    // fastrand's generator is per thread, seeded once: no system call per
+    // sequence (one is built for every directory update sent).
     ExponentialBuilder::default()
         .with_min_delay(min)
         .with_max_delay(max)
         .with_jitter()
-        .with_jitter_seed(u64::from_le_bytes(seed))
+        .with_jitter_seed(fastrand::u64(..))
         .without_max_times()
 }
 
