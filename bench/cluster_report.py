@@ -47,8 +47,9 @@ def single(d: dict) -> str:
         f"{d['small_remote_get_back_to_back_rtts']:.1f}× a back-to-back round trip. "
         "A thread woken from idle costs more than the wire on this VM (the round trip "
         f"itself takes {d['tcp_rtt_idle_us'] / d['tcp_rtt_us']:.1f}× as long after the "
-        "pause), and a remote get wakes six threads in turn (store, cluster thread, the "
-        "holder's cluster thread, and back to the client) where a round trip wakes two, "
+        "pause), and a remote get wakes a thread six times in turn (the store, its cluster "
+        "thread, the holder's cluster thread, the cluster thread, the store, the client) "
+        "where a round trip wakes two, "
         "so each get is held to round trips measured the same way. "
     )
 

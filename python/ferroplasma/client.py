@@ -302,8 +302,9 @@ class Client:
         last_seen in seconds) and this store's transfer counters (fetches,
         fetched_bytes, pulls — pull requests sent, each carrying every
         object asked of one holder —, served, served_bytes, lookups, claims,
-        directory_entries, updates — directory updates delivered to other
-        members, each carrying many objects' news — and updates_pending:
+        directory_entries, updates — directory update requests delivered
+        to other members, each may carry many objects' news — and
+        updates_pending:
         objects whose news this store has not yet delivered to the
         directory)."""
         return self._native.cluster_status()

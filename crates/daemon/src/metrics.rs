@@ -323,7 +323,7 @@ impl Collector for StoreCollector {
         counter(
             &mut e,
             "cluster_updates",
-            "Directory updates delivered to other members",
+            "Directory update requests delivered to other members",
             None,
             st.updates,
         )?;

@@ -12,14 +12,18 @@
 use super::ring::Ring;
 use super::{lock, pb, Cluster};
 use backon::Retryable;
-use ferroplasma_protocol::ObjectId;
+use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::{EventKind, Notice};
 use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+
+/// The copies this member pulled from others (`Cluster::cached`).
+type Copies = HashSet<ObjectId, IdHasher>;
 
 /// Most events folded into one round of updates.
 const BATCH: usize = 4096;
@@ -32,12 +36,15 @@ pub const MAX_OPS: usize = 16_384;
 /// batch of one) would otherwise send the ids' owners an update per get,
 /// and each update's work (gRPC on both members) would land right when its
 /// next get wants the cores; held back, a stream of gets announces its
-/// copies in one update per [`LINGER`]. An update that is not about cached
-/// copies alone (a new object, a deletion, an abort) goes out at once, and
-/// takes the held-back announcements with it. Nothing waits on the
-/// announcement of a copy: until it arrives, other members pull from the
-/// copies the directory already knows, and a delete meanwhile has the copy
-/// refused (and dropped) when it is announced (docs/cluster.md).
+/// copies in one update per [`LINGER`] (2–3 ms: tokio's timers tick each
+/// millisecond). An update that is not about cached copies alone (a new
+/// object, a deletion, an abort) goes out at once, and takes the held-back
+/// announcements with it; so does the first after a quiet spell. Nothing
+/// waits on the announcement of a copy: until it arrives, other members
+/// pull from the copies the directory already knows. A delete meanwhile
+/// does not know of the copy; the late announcement finds the entry gone
+/// (or deleted) and the copy is refused and dropped (docs/cluster.md, and
+/// its limits for an id created again within that window).
 pub const LINGER: Duration = Duration::from_millis(2);
 
 /// Runs until the store drops the subscription.
@@ -58,12 +65,14 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
         let mut batch = vec![first];
         take_waiting(&mut events, &mut batch);
         if let Some(at) = last_sent {
-            if only_cached_copies(&cluster, &batch) {
-                linger(&cluster, &mut events, &mut batch, at + LINGER).await;
+            if only_cached_copies(&cluster.cached, &batch) {
+                linger(&cluster.cached, &mut events, &mut batch, at + LINGER).await;
             }
         }
         let (ops, ids) = plan(&cluster, batch);
-        last_sent = Some(Instant::now());
+        if !ops.is_empty() {
+            last_sent = Some(Instant::now());
+        }
         send(&cluster, ops, None).await;
         // Sent (or their owner died): claims of these ids may go on.
         {
@@ -91,21 +100,24 @@ fn take_waiting(events: &mut mpsc::UnboundedReceiver<Notice>, batch: &mut Vec<No
     }
 }
 
+/// Whether `n` is the seal of a copy this member pulled from another.
+fn is_cached_seal(cached: &Copies, n: &Notice) -> bool {
+    matches!(n, Notice::Event(e) if e.kind == EventKind::Sealed && cached.contains(&e.id))
+}
+
 /// Whether every notice of `batch` is the seal of a cached copy (or needs
 /// no update at all).
-fn only_cached_copies(cluster: &Cluster, batch: &[Notice]) -> bool {
-    let cached = lock(&cluster.cached);
-    batch.iter().all(|n| match n {
-        Notice::Event(e) => e.kind == EventKind::Sealed && cached.contains(&e.id),
-        Notice::Aborted(_) => false,
-        Notice::Sealed(_) | Notice::Restored(_) => true,
-    })
+fn only_cached_copies(cached: &Mutex<Copies>, batch: &[Notice]) -> bool {
+    let cached = lock(cached);
+    batch
+        .iter()
+        .all(|n| is_cached_seal(&cached, n) || matches!(n, Notice::Sealed(_) | Notice::Restored(_)))
 }
 
 /// Adds to `batch` what comes until `until`, or until a notice comes that
 /// is not a cached copy's seal, or the batch is full.
 async fn linger(
-    cluster: &Cluster,
+    cached: &Mutex<Copies>,
     events: &mut mpsc::UnboundedReceiver<Notice>,
     batch: &mut Vec<Notice>,
     until: Instant,
@@ -119,7 +131,7 @@ async fn linger(
         let from = batch.len();
         batch.push(n);
         take_waiting(events, batch);
-        if !only_cached_copies(cluster, &batch[from..]) {
+        if !only_cached_copies(cached, &batch[from..]) {
             return;
         }
     }
@@ -135,10 +147,11 @@ fn plan(cluster: &Cluster, batch: Vec<Notice>) -> (BTreeMap<String, Vec<pb::Op>>
     {
         let mut cached = lock(&cluster.cached);
         for n in batch {
+            let cached_seal = is_cached_seal(&cached, &n);
             let (kind, id, data_size, metadata_size) = match n {
                 Notice::Event(e) => {
                     let kind = match e.kind {
-                        EventKind::Sealed if cached.contains(&e.id) => pb::OpKind::SealedCached,
+                        EventKind::Sealed if cached_seal => pb::OpKind::SealedCached,
                         EventKind::Sealed => {
                             // Its claim is now the sealed object's.
                             unclaimed.push(e.id);
@@ -350,6 +363,77 @@ async fn reregister(cluster: &Arc<Cluster>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(kind: EventKind, id: ObjectId) -> Notice {
+        Notice::Event(ferroplasma_store::Event {
+            kind,
+            id,
+            data_size: 1000,
+            metadata_size: 0,
+        })
+    }
+
+    /// Cached copies' seals wait out the linger together; any other news
+    /// ends it at once, taking them along, in order. (Tokio's timers tick
+    /// each millisecond, so the test's steps are whole milliseconds and
+    /// its linger longer than [`LINGER`].)
+    #[tokio::test(start_paused = true)]
+    async fn a_linger_gathers_cached_seals_and_ends_at_other_news() {
+        let ms = Duration::from_millis;
+        let ids: Vec<ObjectId> = (0..4).map(|_| ObjectId::random()).collect();
+        let cached = Mutex::new(ids[..3].iter().copied().collect::<Copies>());
+        let (tx, mut rx) = mpsc::unbounded_channel();
+
+        // Only copies: all gathered, until the linger is over.
+        let started = Instant::now();
+        let feed = tx.clone();
+        let copies = [ids[1], ids[2]];
+        tokio::spawn(async move {
+            for id in copies {
+                tokio::time::sleep(ms(1)).await;
+                let _ = feed.send(event(EventKind::Sealed, id));
+            }
+        });
+        let mut batch = vec![event(EventKind::Sealed, ids[0])];
+        assert!(only_cached_copies(&cached, &batch));
+        linger(&cached, &mut rx, &mut batch, started + ms(5)).await;
+        assert_eq!(started.elapsed(), ms(5), "held for the whole linger");
+        assert_eq!(batch.len(), 3, "every copy gathered");
+
+        // A new object's seal, a deletion or an abort ends it at once.
+        for urgent in [
+            event(EventKind::Sealed, ids[3]),
+            event(EventKind::Deleted, ids[0]),
+            Notice::Aborted(ids[3]),
+        ] {
+            let started = Instant::now();
+            let feed = tx.clone();
+            let copy = ids[1];
+            tokio::spawn(async move {
+                tokio::time::sleep(ms(1)).await;
+                let _ = feed.send(event(EventKind::Sealed, copy));
+                tokio::time::sleep(ms(1)).await;
+                let _ = feed.send(urgent);
+            });
+            let mut batch = vec![event(EventKind::Sealed, ids[2])];
+            linger(&cached, &mut rx, &mut batch, started + ms(5)).await;
+            assert_eq!(
+                started.elapsed(),
+                ms(2),
+                "ended by the news that is not a copy's"
+            );
+            assert_eq!(batch.len(), 3, "the copies go with it");
+            assert!(!only_cached_copies(&cached, &batch));
+        }
+
+        // The store gone: the linger ends with what it has.
+        drop(tx);
+        let started = Instant::now();
+        let mut batch = vec![event(EventKind::Sealed, ids[0])];
+        linger(&cached, &mut rx, &mut batch, started + ms(5)).await;
+        assert_eq!(started.elapsed(), ms(0));
+        assert_eq!(batch.len(), 1);
+    }
 
     fn op(id: &ObjectId) -> pb::Op {
         pb::Op {

@@ -201,16 +201,18 @@ fn copies_pulled_one_at_a_time_are_announced_together() {
             std::thread::sleep(Duration::from_micros(20));
         }
     }
+    // The last announcement may go out up to one linger (and a timer tick)
+    // after the last get.
+    let took = started.elapsed();
     let mut both = vec![f.me().to_string(), g.me().to_string()];
     both.sort();
     eventually("every copy announced on both members", || {
         ids.iter()
             .all(|id| holders(&f, id) == both && holders(&g, id) == both)
     });
-    let took = started.elapsed();
     let sent = f.counters.updates.load(Ordering::Relaxed) - updates;
     let linger = super::super::agent::LINGER;
-    let most = (took.as_micros() / linger.as_micros()) as u64 + 2;
+    let most = (took.as_micros() / linger.as_micros()) as u64 + 3;
     assert!(
         sent <= most,
         "{sent} updates for {} copies pulled in {took:?}: at most {most} (one per {linger:?})",

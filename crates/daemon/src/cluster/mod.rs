@@ -133,8 +133,8 @@ pub struct Counters {
     pub lookups: AtomicU64,
     /// Ids claimed for creates.
     pub claims: AtomicU64,
-    /// Directory updates delivered to other members (each carries the
-    /// news of many objects).
+    /// Directory update requests delivered to other members (each may
+    /// carry the news of many objects).
     pub updates: AtomicU64,
 }
 
