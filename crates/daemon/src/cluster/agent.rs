@@ -9,21 +9,18 @@
 //! for as long as that owner is alive; once it is declared dead, the
 //! re-registration with the new owners covers what it missed.
 
+use super::copies::Copies;
 use super::ring::Ring;
 use super::{lock, pb, Cluster};
 use backon::Retryable;
-use ferroplasma_protocol::{IdHasher, ObjectId};
+use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{EventKind, Notice};
 use std::collections::BTreeMap;
-use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-/// The copies this member pulled from others (`Cluster::cached`).
-type Copies = HashSet<ObjectId, IdHasher>;
 
 /// Most events folded into one round of updates.
 const BATCH: usize = 4096;
@@ -158,7 +155,7 @@ fn plan(cluster: &Cluster, batch: Vec<Notice>) -> (BTreeMap<String, Vec<pb::Op>>
                             pb::OpKind::SealedPrimary
                         }
                         EventKind::Deleted => {
-                            cached.remove(&e.id);
+                            cached.dropped(&e.id);
                             pb::OpKind::Dropped
                         }
                     };
@@ -381,7 +378,9 @@ mod tests {
     async fn a_linger_gathers_cached_seals_and_ends_at_other_news() {
         let ms = Duration::from_millis;
         let ids: Vec<ObjectId> = (0..4).map(|_| ObjectId::random()).collect();
-        let cached = Mutex::new(ids[..3].iter().copied().collect::<Copies>());
+        let mut copies = Copies::default();
+        copies.landed(ids[..3].iter().copied());
+        let cached = Mutex::new(copies);
         let (tx, mut rx) = mpsc::unbounded_channel();
 
         // Only copies: all gathered, until the linger is over.
@@ -433,6 +432,55 @@ mod tests {
         linger(&cached, &mut rx, &mut batch, started + ms(5)).await;
         assert_eq!(started.elapsed(), ms(0));
         assert_eq!(batch.len(), 1);
+    }
+
+    /// The kinds of the ops `plan` makes of `batch` for the lone member.
+    fn kinds(c: &Cluster, batch: Vec<Notice>) -> Vec<pb::OpKind> {
+        let (ops, _) = plan(c, batch);
+        (ops.values().flatten())
+            .map(|op| pb::OpKind::try_from(op.kind).expect("a kind"))
+            .collect()
+    }
+
+    /// A copy evicted and pulled again before the agent has heard of the
+    /// eviction is still a copy when its new seal is announced (it was
+    /// announced as a new object, a primary, which would have made the
+    /// directory take the real holders for stale); an object created
+    /// here once the copy's deletion is handled is a primary.
+    #[test]
+    fn a_copy_pulled_again_before_its_eviction_is_heard_stays_a_copy() {
+        let rt = super::super::test_runtime();
+        let c = super::super::test_member(
+            &rt,
+            vec![],
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+        );
+        let x = ObjectId::random();
+        let land = |c: &Cluster| lock(&c.cached).landed([x]);
+        land(&c);
+        assert_eq!(
+            kinds(&c, vec![event(EventKind::Sealed, x)]),
+            [pb::OpKind::SealedCached]
+        );
+        // Evicted, then pulled again: both before the agent plans the eviction.
+        land(&c);
+        assert_eq!(
+            kinds(
+                &c,
+                vec![event(EventKind::Deleted, x), event(EventKind::Sealed, x)]
+            ),
+            [pb::OpKind::Dropped, pb::OpKind::SealedCached]
+        );
+        assert_eq!(
+            kinds(&c, vec![event(EventKind::Deleted, x)]),
+            [pb::OpKind::Dropped]
+        );
+        assert!(!c.is_cached(&x));
+        assert_eq!(
+            kinds(&c, vec![event(EventKind::Sealed, x)]),
+            [pb::OpKind::SealedPrimary]
+        );
     }
 
     fn op(id: &ObjectId) -> pb::Op {

@@ -21,6 +21,19 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Two members, F and G (on `rts[0]` and `rts[1]`), once each sees the
+/// ring of both and has settled.
+fn two_members(rts: &[tokio::runtime::Runtime]) -> (Arc<Cluster>, Arc<Cluster>) {
+    let f = member(&rts[0], vec![]);
+    let g = member(&rts[1], vec![f.me().to_string()]);
+    eventually("a ring of two everywhere", || {
+        [&f, &g]
+            .iter()
+            .all(|m| lock(&m.ring).members().len() == 2 && m.settled())
+    });
+    (f, g)
+}
+
 /// A fresh id whose owner in `c`'s ring is `owner`.
 fn owned_by(c: &Cluster, owner: &str) -> ObjectId {
     loop {
@@ -128,13 +141,7 @@ fn an_object_the_asked_member_no_longer_has_comes_from_its_other_holder() {
 #[test]
 fn an_object_made_here_during_its_pull_stays_this_members_own() {
     let rts: Vec<_> = (0..2).map(|_| super::super::test_runtime()).collect();
-    let f = member(&rts[0], vec![]);
-    let g = member(&rts[1], vec![f.me().to_string()]);
-    eventually("a ring of two everywhere", || {
-        [&f, &g]
-            .iter()
-            .all(|m| lock(&m.ring).members().len() == 2 && m.settled())
-    });
+    let (f, g) = two_members(&rts);
     let x = owned_by(&f, f.me());
     let (theirs, ours) = (vec![2u8; 2000], vec![1u8; 2000]);
     put(&g, x, &theirs);
@@ -175,13 +182,7 @@ fn an_object_made_here_during_its_pull_stays_this_members_own() {
 #[test]
 fn copies_pulled_one_at_a_time_are_announced_together() {
     let rts: Vec<_> = (0..2).map(|_| super::super::test_runtime()).collect();
-    let f = member(&rts[0], vec![]);
-    let g = member(&rts[1], vec![f.me().to_string()]);
-    eventually("a ring of two everywhere", || {
-        [&f, &g]
-            .iter()
-            .all(|m| lock(&m.ring).members().len() == 2 && m.settled())
-    });
+    let (f, g) = two_members(&rts);
     let ids: Vec<ObjectId> = (0..60).map(|_| ObjectId::random()).collect();
     for (i, id) in ids.iter().enumerate() {
         put(&g, *id, &[i as u8; 1000]);

@@ -252,13 +252,7 @@ impl Landing for StoreLanding<'_> {
             return;
         }
         let c = self.cluster;
-        {
-            let mut cached = lock(&c.cached);
-            for (i, _) in &self.frame {
-                cached.insert(self.ids[*i]);
-            }
-        }
-        let mut objects = self.frame.len() as u64;
+        let mut objects = 0u64;
         let mut bytes = 0u64;
         {
             let sh = c.shared.lock();
@@ -271,19 +265,23 @@ impl Landing for StoreLanding<'_> {
             }
             let now = now_us();
             let mut fx = Effects::default();
-            let (mut sh, landed, staged_bytes) = self.land_staged(sh, now, &mut fx);
+            let (mut sh, mut landed, staged_bytes) = self.land_staged(sh, now, &mut fx);
             bytes += staged_bytes;
-            objects += landed.len() as u64;
-            // Copies, for the agent that hears of their seals (an id made
-            // here meanwhile is not one).
-            lock(&c.cached).extend(landed);
             for (i, loc) in self.frame.drain(..) {
                 let id = self.ids[i];
-                bytes += loc.data_size;
-                fx.extend(sh.store.seal(c.agent, id, now).unwrap_or_default());
+                if let Ok(sealed) = sh.store.seal(c.agent, id, now) {
+                    fx.extend(sealed);
+                    landed.push(id);
+                    bytes += loc.data_size;
+                }
                 fx.extend(sh.store.release(c.agent, id).unwrap_or_default());
                 self.outcomes[i] = Outcome::Here;
             }
+            objects += landed.len() as u64;
+            // Copies, for the agent that hears of their seals (an id made
+            // here meanwhile is not one): recorded before the seals are
+            // delivered to it, below.
+            lock(&c.cached).landed(landed);
             // One delivery for the frame: the notices go out together.
             sh.deliver(fx);
         }

@@ -13,6 +13,7 @@
 //!   holder, all at once.
 //! - `landing` — where pulled objects land in the local store (small ones
 //!   staged, then created sealed), sealed as cached copies.
+//! - `copies` — which local objects are copies pulled from others.
 //! - `source` — this member's objects pinned (small ones copied out) while
 //!   others pull them.
 //! - [`transport`] — the bulk transport interface and its TCP implementation.
@@ -27,6 +28,7 @@
 //! to their backups, who know where every copy is and which are now lost.
 
 mod agent;
+mod copies;
 pub mod directory;
 mod fetch;
 mod heartbeat;
@@ -179,7 +181,7 @@ pub struct Cluster {
     /// owners. Pruned there once in the store, and on abort.
     granted: Mutex<HashSet<ObjectId, IdHasher>>,
     /// Local objects that are cached copies pulled from elsewhere.
-    cached: Mutex<HashSet<ObjectId, IdHasher>>,
+    cached: Mutex<copies::Copies>,
     inflight: Mutex<HashMap<ObjectId, Inflight, IdHasher>>,
     peers: peers::Peers,
     transport: Box<dyn Transport>,
@@ -309,7 +311,7 @@ impl Cluster {
             peer_timeout: cfg.peer_timeout,
             directory_epoch: AtomicU64::new(0),
             granted: Mutex::new(HashSet::default()),
-            cached: Mutex::new(HashSet::default()),
+            cached: Mutex::new(copies::Copies::default()),
             inflight: Mutex::new(HashMap::default()),
             peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
             rt: handle.clone(),
