@@ -7,7 +7,9 @@
 //! of store A creates, writes and seals the objects; then a client of A
 //! (local) and a client of B (remote) each get all of them in one call
 //! (fetch latency: request to last buffer) and read every byte (reader
-//! throughput). Needs root for `ip netns`; `--loopback` runs both stores on
+//! throughput). Then one remote 1 kB get at a time, each after 2 ms idle
+//! and back to back, each held to a 1-byte TCP round trip measured the same
+//! way. Needs root for `ip netns`; `--loopback` runs both stores on
 //! 127.0.0.1 instead. Targets are printed, never asserted in tests.
 
 use anyhow::{bail, Context};
