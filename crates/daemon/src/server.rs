@@ -54,7 +54,20 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         Some(addr) => Some(crate::metrics::bind(addr).await?),
         None => None,
     };
+    let spills = spill.is_some();
     let shared = SharedRef::new(store, arena, spill, fast);
+    if spills {
+        // A spill directory removed under the store is noticed within a
+        // second, even by a store nobody writes to.
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(crate::spill::RETRY_AFTER);
+            loop {
+                every.tick().await;
+                shared.lock().check_spill_dir();
+            }
+        });
+    }
     let cluster = match cluster_config {
         Some(c) => Some(Cluster::start(c, shared.clone()).await?),
         None => None,

@@ -187,6 +187,7 @@ impl Shared {
         let Some(dir) = self.spill.clone() else {
             return Ok(());
         };
+        self.spill_refusal(&dir, data_size, metadata_size)?;
         self.store.refresh_recency();
         let plan = self.store.spill_plan(data_size, metadata_size);
         if plan.is_empty() {
@@ -211,6 +212,7 @@ impl Shared {
         let Some(dir) = self.spill.clone() else {
             return Ok(false);
         };
+        self.spill_refusal(&dir, data_size, metadata_size)?;
         self.store.refresh_recency();
         let plan = self.store.spill_plan(data_size, metadata_size);
         if plan.is_empty() {
@@ -238,6 +240,44 @@ impl Shared {
         Ok(true)
     }
 
+    /// Refuses a spill at once while the spill directory is failing (a
+    /// write failed less than a second ago): creates that need room get a
+    /// clear error instead of trying again and again.
+    fn spill_refusal(&mut self, dir: &SpillDir, data: u64, meta: u64) -> Result<(), StoreError> {
+        self.check_spill_dir();
+        match dir.refusal() {
+            None => Ok(()),
+            Some(reason) => Err(StoreError::SpillFailed {
+                requested: data.saturating_add(meta),
+                reason,
+            }),
+        }
+    }
+
+    /// Whether the spill directory was removed under the store: if so, the
+    /// objects spilled into it are dropped and reported lost (once, in the
+    /// log), so that none reads as present but unreadable, and spilling
+    /// goes on in a new directory. Cheap (one `fstat`): called before every
+    /// spill, after a failed read, and once a second by the server.
+    pub fn check_spill_dir(&mut self) {
+        let Some(dir) = self.spill.clone() else {
+            return;
+        };
+        if !dir.vanished() {
+            return;
+        }
+        let (objects, bytes, fx) = self.store.forget_all_spilled();
+        if objects > 0 {
+            tracing::error!(
+                objects,
+                bytes,
+                "the spill directory was removed under the store: the objects spilled into it \
+                 are lost (they read as absent)"
+            );
+        }
+        self.deliver(fx);
+    }
+
     /// Completes a spill whose segment was written (or not).
     fn end_spill(
         &mut self,
@@ -254,7 +294,8 @@ impl Shared {
                 Ok(())
             }
             Err(e) => {
-                tracing::warn!(error = %e, bytes, "spilling failed; the create is refused");
+                // The spill directory logs the failure (once).
+                tracing::debug!(error = %e, bytes, "spilling failed; the create is refused");
                 let fx = self.store.abort_spill(plan);
                 self.deliver(fx);
                 Err(StoreError::SpillFailed {
@@ -366,7 +407,8 @@ impl Shared {
     /// Completes a restore whose bytes were read (or not).
     fn end_restore(&mut self, id: ObjectId, read: std::io::Result<()>, dead_segments: Vec<u64>) {
         if let Err(e) = &read {
-            tracing::error!(%id, error = %e, "a spilled object could not be read back; dropped");
+            self.check_spill_dir();
+            tracing::warn!(%id, error = %e, "a spilled object could not be read back; dropped");
         }
         let mut fx = self.store.finish_restore(id, read.is_ok());
         fx.dead_segments.extend(dead_segments);

@@ -1,47 +1,178 @@
 //! The spill directory: segment files that hold objects moved out of
 //! shared memory. The state machine decides what to spill and keeps the
-//! books; this module only writes, reads and removes the files.
+//! books; this module only writes, reads and removes the files, and keeps
+//! the directory private and healthy.
 //!
-//! Each store makes a private subdirectory (`ferroplasma-spill-<pid>`) and
-//! removes it when it stops, so a crashed store's leftovers are recognisable
-//! and never read back by another store.
+//! Privacy, as OpenSSH's StrictModes and PostgreSQL's data directory do it:
+//! - each store makes its own subdirectory of `--spill-dir` with an
+//!   unpredictable name (`ferroplasma-spill-<pid>-<random>`), mode 0700,
+//!   with a `mkdir` that fails if anything is there already, then opens it
+//!   without following links and checks its owner and mode;
+//! - the parent must not be writable by other users unless it is sticky
+//!   (like `/tmp`), so nobody else can rename the directory away;
+//! - segment files are created relative to the directory's descriptor
+//!   with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600, and opened for
+//!   reading with `O_NOFOLLOW`: a link planted in the directory is never
+//!   followed, and a directory swapped in at the same path is never used.
+//!
+//! Health: a failed write (a full disk, a directory removed under the
+//! store) is logged once and makes spills refuse at once for
+//! [`RETRY_AFTER`], so creates that need room fail fast with a clear error
+//! instead of spinning; a directory that was removed is made again (a new
+//! private one), and the objects spilled into the old one are reported lost
+//! by the caller ([`SpillDir::vanished`]).
 
 use crate::arena::Arena;
 use crate::DaemonError;
 use ferroplasma_store::{SpillRef, SpillVictim};
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long spills are refused after one failed, before the next try.
+pub const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The directory in use: its path and an open descriptor of it.
+#[derive(Debug)]
+struct Place {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+/// The last failure, while spills are refused.
+#[derive(Debug)]
+struct Failure {
+    at: Instant,
+    reason: String,
+}
+
+#[derive(Debug)]
+struct Inner {
+    place: Place,
+    failure: Option<Failure>,
+}
 
 /// The spill directory of one store.
 #[derive(Debug)]
 pub struct SpillDir {
-    dir: PathBuf,
+    parent: PathBuf,
+    inner: Mutex<Inner>,
 }
 
 impl SpillDir {
-    /// Creates the store's private subdirectory under `parent`.
+    /// Creates the store's private subdirectory under `parent`, after
+    /// checking that `parent` is a directory other users cannot tamper
+    /// with.
     pub fn create(parent: &Path) -> Result<Self, DaemonError> {
-        let dir = parent.join(format!("ferroplasma-spill-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            DaemonError::io(format!("creating spill directory {}", dir.display()), e)
-        })?;
-        Ok(Self { dir })
+        check_parent(parent)?;
+        let place = make_private(parent)?;
+        Ok(Self {
+            parent: parent.to_path_buf(),
+            inner: Mutex::new(Inner {
+                place,
+                failure: None,
+            }),
+        })
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The directory segment files go to.
-    pub fn path(&self) -> &Path {
-        &self.dir
+    pub fn path(&self) -> PathBuf {
+        self.inner().place.path.clone()
     }
 
-    fn segment_path(&self, segment: u64) -> PathBuf {
-        self.dir.join(format!("segment-{segment}.spill"))
+    /// Why spills are refused right now (a write failed less than
+    /// [`RETRY_AFTER`] ago), or `None` when a spill may be tried.
+    pub fn refusal(&self) -> Option<String> {
+        let inner = self.inner();
+        let f = inner.failure.as_ref()?;
+        (f.at.elapsed() < RETRY_AFTER).then(|| f.reason.clone())
+    }
+
+    /// Whether the directory was removed under the store. If so, a new
+    /// private one takes its place (when it can be made) and `true` is
+    /// returned once: every object spilled before is gone, and the caller
+    /// reports them lost.
+    pub fn vanished(&self) -> bool {
+        let mut inner = self.inner();
+        let gone = match nix::sys::stat::fstat(inner.place.fd.as_raw_fd()) {
+            Ok(st) => st.st_nlink == 0,
+            Err(_) => true,
+        };
+        if !gone {
+            return false;
+        }
+        match make_private(&self.parent) {
+            Ok(place) => {
+                tracing::warn!(
+                    old = %inner.place.path.display(), new = %place.path.display(),
+                    "the spill directory was removed under the store; spilling goes on in a new one"
+                );
+                inner.place = place;
+                inner.failure = None;
+            }
+            Err(e) => {
+                let reason = format!(
+                    "the spill directory {} was removed and a new one cannot be made: {e}",
+                    inner.place.path.display()
+                );
+                if inner.failure.is_none() {
+                    tracing::error!("{reason}; creates that need room are refused until it can");
+                }
+                // The dead descriptor stays: the next check tries again.
+                inner.failure = Some(Failure {
+                    at: Instant::now(),
+                    reason,
+                });
+            }
+        }
+        true
+    }
+
+    fn segment_name(segment: u64) -> String {
+        format!("segment-{segment}.spill")
+    }
+
+    /// Opens a segment file relative to the directory's descriptor, never
+    /// following a link.
+    fn open(&self, segment: u64, flags: OFlag) -> std::io::Result<File> {
+        let inner = self.inner();
+        let fd = openat(
+            Some(inner.place.fd.as_raw_fd()),
+            Self::segment_name(segment).as_str(),
+            flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )?;
+        // Safety: `openat` returned a new descriptor that nothing else owns.
+        Ok(File::from(unsafe {
+            <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        }))
+    }
+
+    fn unlink(&self, segment: u64) -> std::io::Result<()> {
+        let inner = self.inner();
+        nix::unistd::unlinkat(
+            Some(inner.place.fd.as_raw_fd()),
+            Self::segment_name(segment).as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        )
+        .map_err(std::io::Error::from)
     }
 
     /// Writes the victims' allocations from the arena into a new segment
     /// file, one after another; returns each one's offset in the file. On
-    /// an error (a full disk) the partial file is removed.
+    /// an error (a full disk, a removed directory) the partial file is
+    /// removed, the error is logged once, and spills are refused for
+    /// [`RETRY_AFTER`].
     ///
     /// The file's blocks are reserved first (fallocate), so a full disk is
     /// an error here and not a lost write-back later; the data is then left
@@ -56,13 +187,14 @@ impl SpillDir {
         arena: &Arena,
         victims: &[SpillVictim],
     ) -> std::io::Result<Vec<u64>> {
-        let path = self.segment_path(segment);
+        let mut created = false;
         let result = (|| {
-            let file = File::create(&path)?;
+            let file = self.open(segment, OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL)?;
+            created = true;
             let total: u64 = victims.iter().map(|v| v.len).sum();
             let reserved = total == 0
                 || nix::fcntl::fallocate(
-                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    file.as_raw_fd(),
                     nix::fcntl::FallocateFlags::empty(),
                     0,
                     total as i64,
@@ -86,60 +218,155 @@ impl SpillDir {
             }
             Ok(offsets)
         })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&path);
+        match &result {
+            Ok(_) => self.note_success(),
+            Err(e) => {
+                if created {
+                    let _ = self.unlink(segment);
+                }
+                self.note_failure(e);
+            }
         }
         result
     }
 
+    fn note_failure(&self, e: &std::io::Error) {
+        let mut inner = self.inner();
+        let reason = format!("writing to {} failed: {e}", inner.place.path.display());
+        if inner.failure.is_none() {
+            tracing::warn!(
+                "spilling stopped: {reason}; creates that need room are refused (tried again \
+                 at most once per {RETRY_AFTER:?}, and this is not logged again until it works)"
+            );
+        }
+        inner.failure = Some(Failure {
+            at: Instant::now(),
+            reason,
+        });
+    }
+
+    fn note_success(&self) {
+        let mut inner = self.inner();
+        if inner.failure.take().is_some() {
+            tracing::info!(dir = %inner.place.path.display(), "spilling works again");
+        }
+    }
+
     /// Reads a spilled allocation back into the arena at `offset`.
     pub fn read_into(&self, at: SpillRef, arena: &Arena, offset: u64) -> std::io::Result<()> {
-        let f = File::open(self.segment_path(at.segment))?;
+        let f = self.open(at.segment, OFlag::O_RDONLY)?;
         arena.fill(offset, at.len, |buf| f.read_exact_at(buf, at.offset))
     }
 
-    /// Removes a segment no object lives in any more.
+    /// Removes a segment no object lives in any more (one already gone with
+    /// its directory is no error).
     pub fn remove(&self, segment: u64) {
-        if let Err(e) = std::fs::remove_file(self.segment_path(segment)) {
-            tracing::warn!(segment, error = %e, "could not remove a spill segment");
+        match self.unlink(segment) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(segment, error = %e, "could not remove a spill segment"),
         }
     }
 }
 
 impl Drop for SpillDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.inner().place.path);
     }
+}
+
+/// Refuses a `--spill-dir` that other users could tamper with: it must be a
+/// directory owned by this user or root, and not writable by others unless
+/// sticky (as `/tmp` is, where nobody may rename another's entries).
+fn check_parent(parent: &Path) -> Result<(), DaemonError> {
+    let what = || format!("using --spill-dir {}", parent.display());
+    let meta = std::fs::metadata(parent)
+        .map_err(|e| DaemonError::io(format!("{}: create the directory first", what()), e))?;
+    if !meta.is_dir() {
+        return Err(DaemonError::BadConfig(format!(
+            "--spill-dir {} is not a directory",
+            parent.display()
+        )));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.permissions().mode();
+    let sticky = mode & 0o1000 != 0;
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(DaemonError::BadConfig(format!(
+            "--spill-dir {} belongs to uid {}, not to this user ({me}) or root: \
+             another user could remove or replace the store's files; use a directory of your own",
+            parent.display(),
+            meta.uid()
+        )));
+    }
+    if mode & 0o022 != 0 && !sticky {
+        return Err(DaemonError::BadConfig(format!(
+            "--spill-dir {} is writable by other users (mode {:o}) and not sticky: they could \
+             rename the store's files away; chmod go-w it, or use a directory of your own",
+            parent.display(),
+            mode & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// Makes a new private subdirectory of `parent` (0700, a name nobody can
+/// guess, created only if nothing is there) and opens it without following
+/// links; checks that it is this user's and private.
+fn make_private(parent: &Path) -> Result<Place, DaemonError> {
+    let pid = std::process::id();
+    let mut last = None;
+    for _ in 0..16 {
+        let path = parent.join(format!("ferroplasma-spill-{pid}-{:016x}", random_u64()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return open_private(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => {
+                return Err(DaemonError::io(
+                    format!("creating spill directory {}", path.display()),
+                    e,
+                ))
+            }
+        }
+    }
+    Err(DaemonError::io(
+        format!("creating a spill directory in {}", parent.display()),
+        last.unwrap_or_else(|| std::io::Error::other("every name was taken")),
+    ))
+}
+
+fn open_private(path: PathBuf) -> Result<Place, DaemonError> {
+    let what = || format!("opening spill directory {}", path.display());
+    let raw = nix::fcntl::open(
+        &path,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| DaemonError::io(what(), e))?;
+    // Safety: `open` returned a new descriptor that nothing else owns.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let st =
+        nix::sys::stat::fstat(fd.as_fd().as_raw_fd()).map_err(|e| DaemonError::io(what(), e))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if st.st_uid != me || st.st_mode & 0o077 != 0 {
+        return Err(DaemonError::BadConfig(format!(
+            "spill directory {} is not private (owner {}, mode {:o}); refusing to use it",
+            path.display(),
+            st.st_uid,
+            st.st_mode & 0o7777
+        )));
+    }
+    Ok(Place { path, fd })
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        return fastrand::u64(..);
+    }
+    u64::from_le_bytes(b)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_segment_written_without_a_flush_reads_back() {
-        let parent = std::env::temp_dir().join(format!("fp-seg-{}", std::process::id()));
-        std::fs::create_dir_all(&parent).unwrap();
-        let dir = SpillDir::create(&parent).unwrap();
-        let arena = Arena::create(1 << 20, None, false).unwrap();
-        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
-        arena.write(4096, &data);
-        let victims = [SpillVictim {
-            id: ferroplasma_protocol::ObjectId::random(),
-            offset: 4096,
-            len: data.len() as u64,
-        }];
-        let offsets = dir.write_segment(9, &arena, &victims).unwrap();
-        let meta = std::fs::metadata(dir.segment_path(9)).unwrap();
-        assert_eq!(meta.len(), data.len() as u64, "exactly the reserved length");
-        let at = SpillRef {
-            segment: 9,
-            offset: offsets[0],
-            len: data.len() as u64,
-        };
-        dir.read_into(at, &arena, 600_000).unwrap();
-        assert_eq!(arena.bytes(600_000, data.len() as u64), &data[..]);
-        drop(dir);
-        let _ = std::fs::remove_dir_all(&parent);
-    }
-}
+#[path = "spill_tests.rs"]
+mod tests;

@@ -746,6 +746,27 @@ impl Store {
         fx
     }
 
+    /// Drops every spilled object at once: their segment files are gone
+    /// (the spill directory was removed under the store). Subscribers hear
+    /// each as deleted; returns how many there were and their bytes.
+    pub fn forget_all_spilled(&mut self) -> (u64, u64, Effects) {
+        let mut fx = Effects::default();
+        let Some(t) = self.spill.as_mut() else {
+            return (0, 0, fx);
+        };
+        let ids: Vec<ObjectId> = t.objects.keys().copied().collect();
+        let mut bytes = 0;
+        for id in &ids {
+            if let Some((s, _file_gone_already)) = t.take(id) {
+                bytes += s.data_size + s.metadata_size;
+            }
+        }
+        for id in &ids {
+            self.publish_deleted(*id, &mut fx);
+        }
+        (ids.len() as u64, bytes, fx)
+    }
+
     /// Deletes `id` now, or once it is unreferenced and sealed.
     pub fn delete(&mut self, id: ObjectId) -> (DeleteOutcome, Effects) {
         if self.is_spilled(&id) {
