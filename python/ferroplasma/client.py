@@ -86,8 +86,9 @@ class Client:
     array([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
     """
 
-    def __init__(self, socket: str | None = None) -> None:
-        self._native = _native.NativeClient(socket)
+    def __init__(self, socket: str | None = None, *, trust_uid: int | list[int] = ()) -> None:
+        uids = [trust_uid] if isinstance(trust_uid, int) else list(trust_uid)
+        self._native = _native.NativeClient(socket, uids)
         self._creating: dict[bytes, _native.WritableBuffer] = {}
         self._lock = threading.Lock()
 
@@ -97,6 +98,14 @@ class Client:
     def socket(self) -> str:
         """The store's socket path."""
         return self._native.socket
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this client's user may only read the store: another user
+        the store allows (``--allow-uid``). It can get, list and subscribe,
+        and put objects of up to 8 MiB by value, but not create objects to
+        fill in place, delete or evict (docs/security.md)."""
+        return self._native.read_only
 
     @property
     def capacity(self) -> int:
@@ -376,10 +385,16 @@ def default_socket() -> str:
     return os.environ.get("FERROPLASMA_SOCKET") or "/tmp/ferroplasma.sock"
 
 
-def connect(socket: str | None = None) -> Client:
+def connect(socket: str | None = None, *, trust_uid: int | list[int] = ()) -> Client:
     """Connects to a store: ``socket``, else ``$FERROPLASMA_SOCKET``, else
-    ``/tmp/ferroplasma.sock``. Raises StoreUnavailable if none answers."""
-    return Client(socket)
+    ``/tmp/ferroplasma.sock``. Raises StoreUnavailable if none answers.
+
+    The store must be run by this user or root: one run by another user is
+    refused with :class:`~ferroplasma.errors.PermissionDenied` (naming its
+    owner) before anything is sent, since it would see every object put.
+    ``trust_uid`` (or ``$FERROPLASMA_TRUST_UID=1001,1002``) names other
+    users whose stores to trust."""
+    return Client(socket, trust_uid=trust_uid)
 
 
 _default: Client | None = None

@@ -24,6 +24,7 @@ __all__ = [
     "ObjectNotFound",
     "ObjectNotHeld",
     "ObjectTooLarge",
+    "PermissionDenied",
     "ProtocolError",
     "QueryError",
     "ScanError",
@@ -94,6 +95,12 @@ class MissingDependency(FerroplasmaError, ImportError):
 
 class ObjectLost(FerroplasmaError, LookupError):
     """Every copy of the object was on a host that is gone (cluster mode)."""
+
+
+class PermissionDenied(FerroplasmaError, PermissionError):
+    """Not allowed: the store is run by a user this client does not trust
+    (``trust_uid=`` or ``$FERROPLASMA_TRUST_UID`` names one to trust), or
+    this client's user may only read the store (docs/security.md)."""
 
 
 class ClusterUnavailable(FerroplasmaError, ConnectionError):

@@ -50,6 +50,9 @@ typedef enum fp_status {
   FP_TIMEOUT = 15,
   // A bug in this library (a Rust panic, caught at the boundary).
   FP_PANIC = 16,
+  // Not allowed: the store is run by a user this client does not trust
+  // (see FERROPLASMA_TRUST_UID), or this client's user may only read it.
+  FP_PERMISSION_DENIED = 17,
 } fp_status;
 
 // What `fp_delete` did with one id.

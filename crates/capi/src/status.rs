@@ -44,6 +44,9 @@ pub enum fp_status {
     FP_TIMEOUT = 15,
     /// A bug in this library (a Rust panic, caught at the boundary).
     FP_PANIC = 16,
+    /// Not allowed: the store is run by a user this client does not trust
+    /// (see FERROPLASMA_TRUST_UID), or this client's user may only read it.
+    FP_PERMISSION_DENIED = 17,
 }
 
 /// The errors of this library (one enum per crate).
@@ -81,6 +84,7 @@ impl CapiError {
                 ClientError::Disconnected(_) => FP_DISCONNECTED,
                 ClientError::ObjectLost { .. } => FP_OBJECT_LOST,
                 ClientError::ClusterUnavailable(_) => FP_CLUSTER_UNAVAILABLE,
+                ClientError::PermissionDenied(_) => FP_PERMISSION_DENIED,
                 ClientError::Interrupted => FP_INTERRUPTED,
             },
         }
@@ -135,7 +139,7 @@ pub extern "C" fn fp_last_error() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
     use fp_status::*;
-    const ALL: [fp_status; 17] = [
+    const ALL: [fp_status; 18] = [
         FP_OK,
         FP_STORE_UNAVAILABLE,
         FP_OBJECT_EXISTS,
@@ -153,6 +157,7 @@ pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
         FP_INTERRUPTED,
         FP_TIMEOUT,
         FP_PANIC,
+        FP_PERMISSION_DENIED,
     ];
     let Some(&known) = ALL.iter().find(|s| **s as i32 == status) else {
         return c"FP_UNKNOWN".as_ptr();
@@ -175,6 +180,7 @@ pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
         FP_INTERRUPTED => c"FP_INTERRUPTED",
         FP_TIMEOUT => c"FP_TIMEOUT",
         FP_PANIC => c"FP_PANIC",
+        FP_PERMISSION_DENIED => c"FP_PERMISSION_DENIED",
     };
     name.as_ptr()
 }

@@ -4,6 +4,7 @@ use crate::buffer::{MutableBuffer, ObjectBuffer};
 use crate::error::{ClientError, Result};
 use crate::session::Session;
 use crate::subscription::Subscription;
+use ferroplasma_protocol::frame::MAX_IDS_PER_REQUEST;
 use ferroplasma_protocol::layout::metadata_offset;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::table::Take;
@@ -77,11 +78,30 @@ pub struct Client {
 impl Client {
     /// Connects to the store at `socket` (default: `$FERROPLASMA_SOCKET`,
     /// else `/tmp/ferroplasma.sock`) and maps its memory.
+    ///
+    /// The store must be run by this user or root, or by a uid named in
+    /// `$FERROPLASMA_TRUST_UID` ([`crate::trust`]); any other is refused
+    /// with [`ClientError::PermissionDenied`] before anything is sent.
     pub fn connect(socket: Option<&Path>) -> Result<Self> {
+        Self::connect_trusting(socket, &[])
+    }
+
+    /// [`Client::connect`] that also accepts a store run by one of
+    /// `uids` (a store another user runs for you).
+    pub fn connect_trusting(socket: Option<&Path>, uids: &[u32]) -> Result<Self> {
         let path = ferroplasma_protocol::default_socket_path(socket);
+        let trust = crate::trust::Trust::from_env()?.with_uids(uids);
         Ok(Self {
-            inner: Arc::new(Session::open(path)?),
+            inner: Arc::new(Session::open(path, trust)?),
         })
+    }
+
+    /// Whether this client may only read (its user is another one the
+    /// store allows, docs/security.md): it can get, contains, list and
+    /// subscribe, and put objects by value up to the store's inline limit,
+    /// but not create objects to write in place, nor delete or evict.
+    pub fn read_only(&self) -> bool {
+        self.inner.read_only
     }
 
     /// Bytes the store manages.
@@ -218,7 +238,12 @@ impl Client {
     /// Stores `data` and `metadata` under `id`: inline for small objects,
     /// create + copy + seal + release for large ones.
     pub fn put(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
-        if (data.len() as u64) <= self.inner.max_inline.min(64 * 1024) {
+        let by_value = if self.inner.read_only {
+            self.inner.max_inline
+        } else {
+            self.inner.max_inline.min(64 * 1024)
+        };
+        if (data.len() as u64) <= by_value {
             return self.create_and_seal(id, data, metadata);
         }
         self.create_copy_seal(id, data, metadata)
@@ -314,7 +339,27 @@ impl Client {
     }
 
     /// [`Client::get`], asking the store for every object.
+    /// Gets from the store, in requests of at most
+    /// [`MAX_IDS_PER_REQUEST`] ids (the store's limit), one after another
+    /// within one deadline: any batch size works.
     fn get_from_store(
+        &self,
+        ids: &[ObjectId],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<Option<ObjectBuffer>>> {
+        if ids.len() <= MAX_IDS_PER_REQUEST {
+            return self.get_one_request(ids, timeout);
+        }
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_IDS_PER_REQUEST) {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            out.extend(self.get_one_request(chunk, left)?);
+        }
+        Ok(out)
+    }
+
+    fn get_one_request(
         &self,
         ids: &[ObjectId],
         timeout: Option<Duration>,
@@ -415,34 +460,46 @@ impl Client {
                 return Ok(found);
             }
         }
-        let body = self.call(request::Body::Contains(pb::Contains {
-            object_ids: ferroplasma_protocol::pack_ids(ids),
-            cluster,
-        }))?;
-        match body {
-            reply::Body::Contains(c) if c.present.len() == ids.len() => Ok(c.present),
-            other => Err(unexpected("Contains", &other)),
+        let mut present = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_IDS_PER_REQUEST) {
+            let body = self.call(request::Body::Contains(pb::Contains {
+                object_ids: ferroplasma_protocol::pack_ids(chunk),
+                cluster,
+            }))?;
+            match body {
+                reply::Body::Contains(c) if c.present.len() == chunk.len() => {
+                    present.extend(c.present)
+                }
+                other => return Err(unexpected("Contains", &other)),
+            }
         }
+        Ok(present)
     }
 
     /// Deletes objects: at once when unreferenced, else when the last
     /// reference goes.
+    /// Any number of ids: they go in requests of at most
+    /// [`MAX_IDS_PER_REQUEST`].
     pub fn delete(&self, ids: &[ObjectId]) -> Result<Vec<DeleteStatus>> {
-        let body = self.call(request::Body::Delete(pb::Delete {
-            object_ids: ferroplasma_protocol::pack_ids(ids),
-        }))?;
-        match body {
-            reply::Body::Delete(d) if d.status.len() == ids.len() => Ok(d
-                .status
-                .into_iter()
-                .map(|s| match pb::DeleteStatus::try_from(s) {
-                    Ok(pb::DeleteStatus::Deleted) => DeleteStatus::Deleted,
-                    Ok(pb::DeleteStatus::Deferred) => DeleteStatus::Deferred,
-                    _ => DeleteStatus::NotFound,
-                })
-                .collect()),
-            other => Err(unexpected("Delete", &other)),
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_IDS_PER_REQUEST) {
+            let body = self.call(request::Body::Delete(pb::Delete {
+                object_ids: ferroplasma_protocol::pack_ids(chunk),
+            }))?;
+            match body {
+                reply::Body::Delete(d) if d.status.len() == chunk.len() => out.extend(
+                    d.status
+                        .into_iter()
+                        .map(|s| match pb::DeleteStatus::try_from(s) {
+                            Ok(pb::DeleteStatus::Deleted) => DeleteStatus::Deleted,
+                            Ok(pb::DeleteStatus::Deferred) => DeleteStatus::Deferred,
+                            _ => DeleteStatus::NotFound,
+                        }),
+                ),
+                other => return Err(unexpected("Delete", &other)),
+            }
         }
+        Ok(out)
     }
 
     /// Every object in the store.
@@ -523,7 +580,7 @@ impl Client {
         existing: bool,
     ) -> Result<Subscription> {
         self.inner.check_pid()?;
-        Subscription::open(self.inner.socket(), framing, existing)
+        Subscription::open(self.inner.socket(), &self.inner.trust, framing, existing)
     }
 
     fn call(&self, body: request::Body) -> Result<reply::Body> {

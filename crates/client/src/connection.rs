@@ -2,6 +2,7 @@
 //! and reading frames through the protocol crate's codec.
 
 use crate::error::{ClientError, Result};
+use crate::trust::Trust;
 use ferroplasma_protocol::frame::{write_message, FrameCodec, FrameReader};
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::PROTOCOL_VERSION;
@@ -28,12 +29,14 @@ pub(crate) struct Handshake {
 
 impl Conn {
     /// Connects and handshakes; receives the arena descriptors.
-    pub fn open(path: &Path, name: &str) -> Result<Handshake> {
+    pub fn open(path: &Path, name: &str, trust: &Trust) -> Result<Handshake> {
         let mut stream =
             UnixStream::connect(path).map_err(|cause| ClientError::StoreUnavailable {
                 path: path.to_path_buf(),
                 cause,
             })?;
+        // Nothing is sent to a store of a user this client does not trust.
+        trust.check(&stream, path)?;
         let req = pb::Request {
             request_id: 0,
             body: Some(request::Body::Connect(pb::Connect {

@@ -74,6 +74,10 @@ pub enum ClientError {
     /// A cluster member the request needed did not answer.
     #[error("{0}")]
     ClusterUnavailable(String),
+    /// Not allowed: the store is run by a user this client does not trust,
+    /// or this client's user may only read the store.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// The connection to the store broke.
     #[error("lost the connection to the store: {0}")]
     Disconnected(#[source] std::io::Error),
@@ -119,6 +123,7 @@ impl From<pb::Error> for ClientError {
             C::VersionMismatch => ClientError::VersionMismatch(m),
             C::ObjectLost => ClientError::ObjectLost { message: m, id },
             C::ClusterUnavailable => ClientError::ClusterUnavailable(m),
+            C::PermissionDenied => ClientError::PermissionDenied(m),
             C::ProtocolViolation | C::Unspecified => ClientError::Protocol(m),
         }
     }

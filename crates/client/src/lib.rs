@@ -23,6 +23,7 @@
 //! - `fast` — the store's object table in shared memory: gets, contains
 //!   and releases of sealed local objects without a round trip.
 //! - `fork` — cheap detection of use after `fork()`.
+//! - [`trust`] — [`Trust`]: which users' stores this client talks to.
 //! - [`interrupt`] — what a wait for a reply does when a signal arrives.
 
 pub mod buffer;
@@ -37,6 +38,7 @@ pub mod mapping;
 mod releases;
 mod session;
 pub mod subscription;
+pub mod trust;
 
 pub use buffer::{MutableBuffer, ObjectBuffer};
 pub use client::{Client, ClusterStatus, DeleteStatus, ObjectInfo, Stats};

@@ -9,6 +9,7 @@ use crate::error::{ClientError, Result};
 use crate::fast::FastView;
 use crate::mapping::Mapping;
 use crate::releases::{Releases, RELEASE_DELAY};
+use crate::trust::Trust;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
 use memmap2::MmapOptions;
@@ -34,6 +35,11 @@ pub(crate) struct Session {
     pub(crate) capacity: u64,
     pub(crate) max_inline: u64,
     pub(crate) socket: PathBuf,
+    /// The store owners this client accepts (for its subscriptions too).
+    pub(crate) trust: Trust,
+    /// This client's user may only read: the arena is mapped read-only and
+    /// objects are put by value (CreateAndSeal).
+    pub(crate) read_only: bool,
     /// The socket's write side: requests and releases. Held only while
     /// writing, so a release never waits behind a blocking get.
     writer: Mutex<UnixStream>,
@@ -63,9 +69,9 @@ struct Replies {
 
 impl Session {
     /// Connects to the store at `path`, handshakes and maps its memory.
-    pub(crate) fn open(path: PathBuf) -> Result<Self> {
+    pub(crate) fn open(path: PathBuf, trust: Trust) -> Result<Self> {
         let name = format!("rust pid {}", std::process::id());
-        let hs = Conn::open(&path, &name)?;
+        let hs = Conn::open(&path, &name, &trust)?;
         let arena = hs
             .reply
             .arenas
@@ -85,10 +91,15 @@ impl Session {
         // The descriptor is a memfd or an unlinked file owned by the store; it
         // is never truncated while the store runs, so the mapped range stays
         // backed (see the Safety notes in `buffer`).
-        let map = MmapOptions::new()
-            .len(arena.size as usize)
-            .map_raw(&file)
-            .map_err(|e| ClientError::Protocol(format!("cannot map the store's memory: {e}")))?;
+        let read_only = hs.reply.read_only;
+        let mut options = MmapOptions::new();
+        options.len(arena.size as usize);
+        let map = if read_only {
+            options.map_raw_read_only(&file)
+        } else {
+            options.map_raw(&file)
+        }
+        .map_err(|e| ClientError::Protocol(format!("cannot map the store's memory: {e}")))?;
         // 2 MiB pages where the kernel allows them for shared memory (see
         // the store's arena): fewer page faults on large objects. Only a hint.
         let _ = map.advise(memmap2::Advice::HugePage);
@@ -108,6 +119,8 @@ impl Session {
             capacity: hs.reply.capacity,
             max_inline: hs.reply.max_inline_size,
             socket: path,
+            trust,
+            read_only,
             releases: Releases::default(),
             fast,
         })
@@ -230,12 +243,16 @@ impl Session {
             }
             w.write_all(frames)
         } else {
-            let mut out = ferroplasma_protocol::frame::encode_frame(&pb::Request {
-                request_id: 0,
-                body: Some(request::Body::Release(pb::Release {
-                    object_ids: ferroplasma_protocol::pack_ids(&ids),
-                })),
-            });
+            // One Release per MAX_IDS_PER_REQUEST ids (the store's limit).
+            let mut out = Vec::new();
+            for chunk in ids.chunks(ferroplasma_protocol::frame::MAX_IDS_PER_REQUEST) {
+                out.extend(ferroplasma_protocol::frame::encode_frame(&pb::Request {
+                    request_id: 0,
+                    body: Some(request::Body::Release(pb::Release {
+                        object_ids: ferroplasma_protocol::pack_ids(chunk),
+                    })),
+                }));
+            }
             out.extend_from_slice(frames);
             w.write_all(&out)
         };

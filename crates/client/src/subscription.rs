@@ -18,8 +18,13 @@ pub struct Subscription {
 }
 
 impl Subscription {
-    pub(crate) fn open(path: &Path, framing: EventFraming, existing: bool) -> Result<Self> {
-        let mut conn = Conn::open(path, "subscription")?.conn;
+    pub(crate) fn open(
+        path: &Path,
+        trust: &crate::trust::Trust,
+        framing: EventFraming,
+        existing: bool,
+    ) -> Result<Self> {
+        let mut conn = Conn::open(path, "subscription", trust)?.conn;
         write_message(
             &mut conn.stream(),
             &pb::Request {

@@ -5,7 +5,7 @@
 use crate::DaemonError;
 use memmap2::MmapRaw;
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 /// Size of a huge page (the default on x86_64).
@@ -25,9 +25,36 @@ impl Arena {
         let page = if hugepages { HUGE_PAGE } else { 4096 };
         let size = size.div_ceil(page) * page;
         let file = match dir {
-            None => memfd(hugepages)?,
+            None => memfd(hugepages, false)?,
             Some(d) => unlinked_file_in(d)?,
         };
+        let arena = Self::map(file, size, hugepages)?;
+        if !hugepages {
+            ask_for_transparent_huge_pages(&arena.map);
+        }
+        Ok(arena)
+    }
+
+    /// A memfd of `size` bytes that only the store can write, however a
+    /// client reopens the descriptor it was given (`/proc/self/fd/N`): once
+    /// it is mapped here, the kernel refuses new writable mappings and
+    /// writes of it (`F_SEAL_FUTURE_WRITE`), and no seal can be added or
+    /// removed (`F_SEAL_SEAL`). For the object table clients read.
+    pub fn create_store_writable(size: u64) -> Result<Self, DaemonError> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        let size = size.div_ceil(4096) * 4096;
+        let arena = Self::map(memfd(false, true)?, size, false)?;
+        let seals = SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_FUTURE_WRITE
+            | SealFlag::F_SEAL_SEAL;
+        fcntl(arena.file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).map_err(|e| {
+            DaemonError::arena("sealing the table against writers", std::io::Error::from(e))
+        })?;
+        Ok(arena)
+    }
+
+    fn map(file: File, size: u64, hugepages: bool) -> Result<Self, DaemonError> {
         file.set_len(size)
             .map_err(|e| DaemonError::arena(format!("reserving {size} bytes"), e))?;
         let map = MmapRaw::map_raw(&file).map_err(|e| {
@@ -38,9 +65,6 @@ impl Arena {
             };
             DaemonError::arena(format!("mapping {size} bytes{hint}"), e)
         })?;
-        if !hugepages {
-            ask_for_transparent_huge_pages(&map);
-        }
         Ok(Self { file, map, size })
     }
 
@@ -71,7 +95,6 @@ impl Arena {
     /// A descriptor of the same memory opened read-only: a client can map
     /// it, but the kernel refuses to map it writable.
     pub fn read_only_fd(&self) -> Result<OwnedFd, DaemonError> {
-        use std::os::fd::AsRawFd;
         let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
         std::fs::File::open(&path)
             .map(OwnedFd::from)
@@ -234,14 +257,24 @@ fn ask_for_transparent_huge_pages(map: &MmapRaw) {
     });
 }
 
-fn memfd(hugepages: bool) -> Result<File, DaemonError> {
+/// A memfd of mode 0600: another user cannot reopen the descriptor it was
+/// given (`/proc/self/fd/N`) for writing (a memfd starts out 0777).
+fn memfd(hugepages: bool, sealable: bool) -> Result<File, DaemonError> {
     use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
     let mut flags = MemFdCreateFlag::MFD_CLOEXEC;
     if hugepages {
         flags |= MemFdCreateFlag::MFD_HUGETLB;
     }
+    if sealable {
+        flags |= MemFdCreateFlag::MFD_ALLOW_SEALING;
+    }
     let fd: OwnedFd = memfd_create(c"ferroplasma-arena", flags)
         .map_err(|e| DaemonError::arena("memfd_create", std::io::Error::from(e)))?;
+    nix::sys::stat::fchmod(
+        fd.as_raw_fd(),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .map_err(|e| DaemonError::arena("making the memfd private", std::io::Error::from(e)))?;
     Ok(File::from(fd))
 }
 

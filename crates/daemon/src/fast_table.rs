@@ -5,7 +5,9 @@
 //! object it retires the slot and adopts the holds clients took on it.
 //!
 //! The table is one memfd mapped here read-write and handed to clients as a
-//! read-only descriptor (the kernel refuses a writable mapping of it); each
+//! read-only descriptor; it is sealed against new writers
+//! (`F_SEAL_FUTURE_WRITE`), so the kernel refuses a writable mapping of it
+//! however a client reopens it (`/proc/self/fd/N`). Each
 //! client gets its own holds region, which only it and the store map.
 
 use crate::arena::Arena;
@@ -49,7 +51,7 @@ impl FastTable {
     /// A table of `slots` slots (at least [`table::PROBES`]).
     pub fn create(slots: usize) -> Result<Self, DaemonError> {
         let slots = slots.max(table::PROBES);
-        let table = Arena::create(((slots + 1) * SLOT_BYTES) as u64, None, false)?;
+        let table = Arena::create_store_writable(((slots + 1) * SLOT_BYTES) as u64)?;
         // Backed now (16 MiB by default, a few ms at start): every seal
         // publishes into a random slot, and a first touch of its page would
         // cost that seal a page fault.

@@ -200,3 +200,333 @@ fn a_spill_directory_removed_under_load_is_an_error_at_once_not_a_spin() {
     drop(store);
     let _ = std::fs::remove_dir_all(&parent);
 }
+
+// ------------------------------------------------- raw access to descriptors
+
+/// Connects by hand, as a hostile client would, and keeps every descriptor
+/// the store sends: the arena, the table and the holds region.
+fn raw_handshake(
+    socket: &Path,
+) -> (
+    ferroplasma_protocol::pb::ConnectReply,
+    Vec<std::os::fd::OwnedFd>,
+) {
+    use ferroplasma_protocol::frame::{write_message, FrameCodec};
+    use ferroplasma_protocol::pb::{self, reply, request};
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let req = pb::Request {
+        request_id: 1,
+        body: Some(request::Body::Connect(pb::Connect {
+            protocol_version: ferroplasma_protocol::PROTOCOL_VERSION,
+            client_name: "attacker".into(),
+        })),
+    };
+    write_message(&mut s, &req).unwrap();
+    let (mut fds, mut buf, mut chunk) = (Vec::new(), bytes::BytesMut::new(), vec![0u8; 4096]);
+    loop {
+        if let Some(r) = FrameCodec::REPLIES
+            .decode_message::<pb::Reply>(&mut buf)
+            .unwrap()
+        {
+            let Some(reply::Body::Connect(c)) = r.body else {
+                panic!("no Connect reply: {r:?}");
+            };
+            std::mem::forget(s); // the connection stays open while the test runs
+            return (c, fds);
+        }
+        let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+        let mut iov = [std::io::IoSliceMut::new(&mut chunk)];
+        let msg =
+            recvmsg::<()>(s.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty()).unwrap();
+        let n = msg.bytes;
+        for c in msg.cmsgs().unwrap() {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // Safety: the kernel just installed these descriptors for us.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        assert!(n > 0, "the store hung up during the handshake");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Whether `fd` can be written in any way: reopened read-write through
+/// /proc, then written or mapped shared and writable.
+fn writable_somehow(fd: &std::os::fd::OwnedFd) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) => return Err(format!("reopen refused: {e}")),
+    };
+    let mut why = Vec::new();
+    match std::os::unix::fs::FileExt::write_at(&f, &[0u8; 8], 4096) {
+        Ok(_) => return Ok(()),
+        Err(e) => why.push(format!("write refused: {e}")),
+    }
+    // Safety: a fresh mapping of a file nobody else in this process maps;
+    // it is unmapped at once.
+    match unsafe { memmap2::MmapOptions::new().len(4096).map_mut(&f) } {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            why.push(format!("writable mapping refused: {e}"));
+            Err(why.join("; "))
+        }
+    }
+}
+
+#[test]
+fn the_shared_table_cannot_be_written_however_it_is_reopened() {
+    let store = LoggedStore::start("16MiB", &[]);
+    let (reply, fds) = raw_handshake(&store.socket);
+    assert!(
+        reply.table_slots > 0 && fds.len() == 3,
+        "{reply:?}, {} fds",
+        fds.len()
+    );
+    let refused = writable_somehow(&fds[1]);
+    assert!(refused.is_err(), "the table was writable after a reopen");
+    // The store's own user still writes its objects (the arena), and a
+    // client reads them through the table as before.
+    let c = store.client();
+    let id = ObjectId::random();
+    c.put(id, &content(id, 1000), b"").unwrap();
+    let b = c
+        .get(&[id], Some(Duration::ZERO))
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(b.data(), &content(id, 1000)[..]);
+}
+
+// ------------------------------------------------------------- other users
+
+/// Runs this test binary's `child` test as uid/gid 65534 (nobody) with
+/// `env`, and returns what it printed after `RESULT `.
+fn as_nobody(child: &str, env: &[(&str, String)]) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            child,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| {
+            panic!(
+                "child said nothing: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+fn become_nobody() {
+    nix::unistd::setgroups(&[]).unwrap();
+    nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).unwrap();
+    nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).unwrap();
+}
+
+fn open_to_all(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+}
+
+/// Child process: another user allowed by the store tries to change an
+/// object it did not create, every way it can.
+#[test]
+#[ignore = "helper: runs only as a child process of a root_ test"]
+fn child_reader_tries_to_write() {
+    let Ok(socket) = std::env::var("FP_TRUST_SOCKET") else {
+        return;
+    };
+    let id = ObjectId::from_hex(&std::env::var("FP_TRUST_ID").unwrap()).unwrap();
+    become_nobody();
+    let result = (|| -> Result<String, String> {
+        let c = Client::connect(Some(socket.as_ref())).map_err(|e| e.to_string())?;
+        if !c.read_only() {
+            return Err("the store gave another user write access".into());
+        }
+        let b = c
+            .get(&[id], Some(Duration::ZERO))
+            .map_err(|e| e.to_string())?
+            .remove(0);
+        if b.map(|b| b.data().to_vec()) != Some(content(id, 100_000)) {
+            return Err("could not read the owner's object".into());
+        }
+        let (_, fds) = raw_handshake(socket.as_ref());
+        if writable_somehow(&fds[0]).is_ok() {
+            return Err("the arena was writable".into());
+        }
+        match c.create(ObjectId::random(), 100_000, b"") {
+            Err(ClientError::PermissionDenied(_)) => {}
+            other => return Err(format!("create: {:?}", other.map(|_| ()))),
+        }
+        match c.delete(&[id]) {
+            Err(ClientError::PermissionDenied(_)) => {}
+            other => return Err(format!("delete: {other:?}")),
+        }
+        // Its own objects it puts by value: the store writes them.
+        let mine = ObjectId::random();
+        c.put(mine, &content(mine, 200_000), b"")
+            .map_err(|e| e.to_string())?;
+        Ok(mine.to_hex())
+    })();
+    match result {
+        Ok(mine) => println!("RESULT ok {mine}"),
+        Err(e) => println!("RESULT failed: {e}"),
+    }
+}
+
+#[test]
+#[ignore = "needs root (a client of another user): make test runs it when root"]
+fn root_another_allowed_user_reads_but_cannot_change_a_byte() {
+    assert!(nix::unistd::geteuid().is_root(), "needs root");
+    let store = LoggedStore::start("16MiB", &["--socket-mode", "666", "--allow-uid", "0,65534"]);
+    open_to_all(&store.dir);
+    let c = store.client();
+    assert!(!c.read_only(), "the store's own user writes");
+    let id = ObjectId::random();
+    c.put(id, &content(id, 100_000), b"").unwrap();
+    let said = as_nobody(
+        "child_reader_tries_to_write",
+        &[
+            ("FP_TRUST_SOCKET", store.socket.display().to_string()),
+            ("FP_TRUST_ID", id.to_hex()),
+        ],
+    );
+    let mine = said.strip_prefix("ok ").unwrap_or_else(|| panic!("{said}"));
+    let got = c
+        .get(&[id], Some(Duration::ZERO))
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(
+        got.data(),
+        &content(id, 100_000)[..],
+        "the owner's object changed"
+    );
+    let mine = ObjectId::from_hex(mine).unwrap();
+    let got = c
+        .get(&[mine], Some(Duration::ZERO))
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert_eq!(got.data(), &content(mine, 200_000)[..]);
+}
+
+#[test]
+#[ignore = "needs root (a store of another user): make test runs it when root"]
+fn root_a_store_run_by_another_user_is_refused_with_its_owner_named() {
+    assert!(nix::unistd::geteuid().is_root(), "needs root");
+    use std::os::unix::process::CommandExt;
+    // Another user gets to the socket path first (a squatter), letting
+    // everyone in.
+    let dir = temp_dir("squat");
+    open_to_all(&dir);
+    let socket = dir.join("store.sock");
+    let mut squatter = Command::new(bin())
+        .args([
+            "store",
+            "--memory",
+            "8MiB",
+            "--socket-mode",
+            "666",
+            "--allow-uid",
+            "0,65534",
+            "--socket",
+        ])
+        .arg(&socket)
+        .uid(65534)
+        .gid(65534)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let err = loop {
+        match Client::connect(Some(&socket)) {
+            Err(ClientError::StoreUnavailable { .. }) if t.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => break e,
+            Ok(_) => panic!("a client connected to another user's store"),
+        }
+    };
+    assert!(matches!(err, ClientError::PermissionDenied(_)), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("uid 65534") && msg.contains("FERROPLASMA_TRUST_UID=65534"),
+        "{msg}"
+    );
+    // Named, it is trusted: by the option, and by the environment (the CLI).
+    Client::connect_trusting(Some(&socket), &[65534])
+        .unwrap()
+        .stats()
+        .unwrap();
+    let cli = |trust: Option<&str>| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["stats", "--socket"]).arg(&socket);
+        if let Some(t) = trust {
+            cmd.env("FERROPLASMA_TRUST_UID", t);
+        }
+        cmd.output().unwrap()
+    };
+    let refused = cli(None);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("uid 65534"));
+    assert!(cli(Some("65534")).status.success());
+    let bad = cli(Some("nobody"));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("is not a uid"),
+        "{bad:?}"
+    );
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------- hostile sizes
+
+#[test]
+fn batches_of_a_million_ids_work_and_the_client_stays_usable() {
+    let store = LoggedStore::start("64MiB", &[]);
+    let c = store.client();
+    let real: Vec<ObjectId> = (0..1000).map(|_| ObjectId::random()).collect();
+    for id in &real {
+        c.put(*id, &content(*id, 100), b"").unwrap();
+    }
+    let mut ids: Vec<ObjectId> = (0..999_000).map(|_| ObjectId::random()).collect();
+    ids.extend(&real);
+    let got = c.get(&ids, Some(Duration::ZERO)).unwrap();
+    assert_eq!(got.len(), ids.len());
+    assert_eq!(got.iter().filter(|b| b.is_some()).count(), real.len());
+    for (id, b) in ids.iter().zip(&got).skip(999_000) {
+        assert_eq!(b.as_ref().unwrap().data(), &content(*id, 100)[..]);
+    }
+    drop(got); // a million releases
+    let present = c.contains(&ids).unwrap();
+    assert_eq!(present.iter().filter(|p| **p).count(), real.len());
+    let deleted = c.delete(&ids).unwrap();
+    assert_eq!(deleted.len(), ids.len());
+    assert!(c.contains(&real).unwrap().iter().all(|p| !p), "all deleted");
+    // Still usable.
+    let id = ObjectId::random();
+    c.put(id, b"after", b"").unwrap();
+    assert!(c.contains(&[id]).unwrap()[0]);
+}

@@ -47,12 +47,21 @@ pub struct NativeClient {
 
 #[pymethods]
 impl NativeClient {
-    /// Connects to the store at `socket` (None: the default socket).
+    /// Connects to the store at `socket` (None: the default socket), run
+    /// by this user, root, or one of `trust_uids`.
     #[new]
-    #[pyo3(signature = (socket=None))]
-    fn new(py: Python<'_>, socket: Option<PathBuf>) -> PyResult<Self> {
-        let c = py.detach(|| Client::connect(socket.as_deref())).py_err()?;
+    #[pyo3(signature = (socket=None, trust_uids=Vec::new()))]
+    fn new(py: Python<'_>, socket: Option<PathBuf>, trust_uids: Vec<u32>) -> PyResult<Self> {
+        let c = py
+            .detach(|| Client::connect_trusting(socket.as_deref(), &trust_uids))
+            .py_err()?;
         Ok(Self { inner: c })
+    }
+
+    /// Whether this client's user may only read the store.
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.inner.read_only()
     }
 
     /// Bytes the store manages.

@@ -17,6 +17,7 @@ pyo3::import_exception!(ferroplasma.errors, ForkedClient);
 pyo3::import_exception!(ferroplasma.errors, Disconnected);
 pyo3::import_exception!(ferroplasma.errors, ObjectLost);
 pyo3::import_exception!(ferroplasma.errors, ClusterUnavailable);
+pyo3::import_exception!(ferroplasma.errors, PermissionDenied);
 pyo3::import_exception!(ferroplasma.errors, SerializationError);
 
 /// An object that cannot be laid out or read back (`SerializationError`).
@@ -41,6 +42,7 @@ pub fn to_py(e: ClientError) -> PyErr {
         ClientError::Disconnected(_) => Disconnected::new_err(msg),
         ClientError::ObjectLost { .. } => ObjectLost::new_err(msg),
         ClientError::ClusterUnavailable(_) => ClusterUnavailable::new_err(msg),
+        ClientError::PermissionDenied(_) => PermissionDenied::new_err(msg),
         // A signal handler raised (Ctrl-C: KeyboardInterrupt): that error.
         ClientError::Interrupted => Python::attach(PyErr::take)
             .unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(msg)),

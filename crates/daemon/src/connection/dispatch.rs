@@ -15,6 +15,23 @@ impl Connection {
         use request::Body as B;
         let client = self.client;
         let ok = || Some(reply::Body::Ok(pb::Ok {}));
+        if self.read_only {
+            let what = match &body {
+                B::Create(_) => Some("create objects to write in place (put them by value: CreateAndSeal, up to the inline limit)"),
+                B::Delete(_) => Some("delete objects"),
+                B::Evict(_) => Some("evict objects"),
+                _ => None,
+            };
+            if let Some(what) = what {
+                return Err(refuse(
+                    pb::ErrorCode::PermissionDenied,
+                    format!(
+                        "this store lets your user read but not {what}: only the store's own \
+                         user (and root) may (docs/security.md)"
+                    ),
+                ));
+            }
+        }
         match body {
             B::Connect(_) => Err(refuse(
                 pb::ErrorCode::ProtocolViolation,

@@ -124,11 +124,14 @@ impl From<std::io::Error> for Close {
 
 /// Serves one accepted connection to its end.
 pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Arc<Cluster>>) {
-    let peer = stream.peer_cred().ok().and_then(|c| c.pid()).unwrap_or(0);
+    let cred = stream.peer_cred().ok();
+    let peer = cred.and_then(|c| c.pid()).unwrap_or(0);
+    // Root and the store's own user may write; any other allowed user reads.
+    let read_only = cred.is_none_or(|c| c.uid() != 0 && c.uid() != nix::unistd::geteuid().as_raw());
     let mut inbuf = BytesMut::with_capacity(64 * 1024);
     let (client, rx) = match tokio::time::timeout(
         HANDSHAKE_TIMEOUT,
-        handshake(&mut stream, &mut inbuf, &shared),
+        handshake(&mut stream, &mut inbuf, &shared, read_only),
     )
     .await
     {
@@ -145,6 +148,7 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Ar
     };
     tracing::debug!(client, peer_pid = peer, "client connected");
     let mut conn = Connection::new(client, rx, shared.clone(), cluster, stream, inbuf);
+    conn.read_only = read_only;
     let end = conn.run().await;
     match end {
         Close::Eof => tracing::debug!(client, "client disconnected"),
@@ -177,6 +181,7 @@ async fn handshake(
     stream: &mut UnixStream,
     inbuf: &mut BytesMut,
     shared: &SharedRef,
+    read_only: bool,
 ) -> Result<(ClientId, mpsc::Receiver<Notice>), Close> {
     let body = loop {
         match FrameCodec::REQUESTS.decode(inbuf) {
@@ -245,10 +250,27 @@ async fn handshake(
             max_inline_size: MAX_INLINE_SIZE,
             max_frame_size: MAX_REQUEST_FRAME,
             table_slots: fast.as_ref().map_or(0, |(f, _)| f.len() as u64),
+            read_only,
         })),
     };
     let frame = ferroplasma_protocol::frame::encode_frame(&reply);
-    let mut fds = vec![arena.fd().as_raw_fd()];
+    // A reader gets a read-only descriptor of the arena, which it cannot
+    // reopen writable (the arena's file is the store user's, mode 0600).
+    let ro_fd = if read_only {
+        match arena.read_only_fd() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::warn!(client, error = %e, "no read-only descriptor of the arena");
+                shared.lock().disconnect(client);
+                return Err(Close::Violation(e.to_string()));
+            }
+        }
+    } else {
+        None
+    };
+    let mut fds = vec![ro_fd
+        .as_ref()
+        .map_or_else(|| arena.fd().as_raw_fd(), |fd| fd.as_raw_fd())];
     if let Some((f, holds)) = &fast {
         fds.push(f.table_fd().as_raw_fd());
         fds.push(holds.as_raw_fd());
@@ -274,6 +296,9 @@ fn error_frame(request_id: u64, code: pb::ErrorCode, message: &str) -> Vec<u8> {
 
 struct Connection {
     client: ClientId,
+    /// The peer is another user the store allows: it may read, and put
+    /// objects by value, but not write in the arena, delete or evict.
+    read_only: bool,
     shared: SharedRef,
     rd: OwnedReadHalf,
     wr: OwnedWriteHalf,
@@ -346,6 +371,7 @@ impl Connection {
         };
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Connection {
+            read_only: false,
             cluster,
             done_tx,
             done_rx,
