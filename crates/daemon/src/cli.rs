@@ -69,9 +69,9 @@ struct StatsArgs {
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(v) if v >= 0.05 && v.is_finite() => Ok(v),
+        Ok(v) if (0.05..=86_400.0).contains(&v) => Ok(v),
         _ => Err(format!(
-            "{s:?}: give seconds between looks, at least 0.05 (e.g. 1 or 0.5)"
+            "{s:?}: give seconds between looks, from 0.05 to 86400 (e.g. 1 or 0.5)"
         )),
     }
 }
@@ -95,9 +95,15 @@ struct Target {
 
 fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     match cli.command {
-        Command::Store(cfg) => {
-            crate::run(*cfg).map_err(|e| format!("cannot run the store: {}", chain(&e)).into())
-        }
+        Command::Store(cfg) => crate::run(*cfg).map_err(|e| {
+            let msg = format!("cannot run the store: {}", chain(&e));
+            match e {
+                crate::DaemonError::BadConfig(_) | crate::DaemonError::BadSize(_) => {
+                    Box::new(BadFlags(msg)) as Box<dyn std::error::Error + Send + Sync>
+                }
+                _ => msg.into(),
+            }
+        }),
         Command::Stats(a) => {
             let c = Client::connect(a.target.socket.as_deref())?;
             if let Some(every) = a.watch {
@@ -266,10 +272,28 @@ where
         Ok(()) => 0,
         Err(e) => {
             eprintln!("ferroplasma: error: {e}");
-            1
+            // A flag's value or flags that do not go together: as for
+            // values clap refuses, exit status 2.
+            if e.downcast_ref::<BadFlags>().is_some() {
+                2
+            } else {
+                1
+            }
         }
     }
 }
+
+/// A start refused for its flags' values (exit status 2, as clap's own).
+#[derive(Debug)]
+struct BadFlags(String);
+
+impl std::fmt::Display for BadFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadFlags {}
 
 /// `error: cause: cause` on one line.
 fn chain(e: &dyn std::error::Error) -> String {

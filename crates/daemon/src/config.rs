@@ -147,7 +147,9 @@ pub struct StoreConfig {
     pub join: Option<String>,
 
     /// The shared secret every member presents (printable ASCII).
-    /// Connections without it are refused.
+    /// Connections without it are refused. Prefer --cluster-token-file or
+    /// $FERROPLASMA_CLUSTER_TOKEN: a token on the command line can be read
+    /// by every local user (/proc/PID/cmdline).
     #[arg(
         long,
         value_name = "TOKEN",
@@ -156,6 +158,16 @@ pub struct StoreConfig {
         help_heading = "Cluster"
     )]
     pub cluster_token: Option<String>,
+
+    /// Read the cluster token from this file (its first line; keep the
+    /// file private, mode 600).
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with = "cluster_token",
+        help_heading = "Cluster"
+    )]
+    pub cluster_token_file: Option<PathBuf>,
 
     /// Time between heartbeats to each member, e.g. `500ms`.
     #[arg(long, value_name = "TIME", default_value = "500ms", value_parser = parse_duration,
@@ -194,6 +206,7 @@ impl StoreConfig {
             peers: Vec::new(),
             join: None,
             cluster_token: None,
+            cluster_token_file: None,
             heartbeat_interval: std::time::Duration::from_millis(500),
             peer_timeout: std::time::Duration::from_secs(3),
         }
@@ -205,10 +218,17 @@ impl StoreConfig {
             return Ok(None);
         };
         let bad = |m: String| Err(DaemonError::BadConfig(m));
-        let Some(token) = self.cluster_token.clone().filter(|t| !t.is_empty()) else {
+        let from_file = match &self.cluster_token_file {
+            Some(path) => Some(read_token_file(path)?),
+            None => None,
+        };
+        let Some(token) = from_file
+            .or_else(|| self.cluster_token.clone())
+            .filter(|t| !t.is_empty())
+        else {
             return bad(
-                "--cluster-listen needs --cluster-token (or $FERROPLASMA_CLUSTER_TOKEN): \
-                        the secret every member of the cluster shares"
+                "--cluster-listen needs --cluster-token-file (or $FERROPLASMA_CLUSTER_TOKEN, \
+                 or --cluster-token): the secret every member of the cluster shares"
                     .into(),
             );
         };
@@ -393,7 +413,46 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     if d.is_zero() {
         return Err("must be more than zero".into());
     }
+    if d > MAX_DURATION {
+        return Err("must be at most a day (`24h`)".into());
+    }
     Ok(d)
+}
+
+/// The longest time any flag takes: longer ones would overflow deadlines.
+pub const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The token in `path`: its first line, which must not be empty. A file
+/// other users may read is used, with a warning.
+fn read_token_file(path: &std::path::Path) -> Result<String, DaemonError> {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        DaemonError::io(
+            format!("reading --cluster-token-file {}", path.display()),
+            e,
+        )
+    })?;
+    let token = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim_end_matches('\r')
+        .to_string();
+    if token.is_empty() {
+        return Err(DaemonError::BadConfig(format!(
+            "--cluster-token-file {} is empty: put the cluster's token on its first line",
+            path.display()
+        )));
+    }
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(
+                file = %path.display(),
+                "the cluster token file can be read by other users: chmod 600 it"
+            );
+        }
+    }
+    Ok(token)
 }
 
 /// `--metrics-listen`: PORT (on loopback) or HOST:PORT.
@@ -417,6 +476,41 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn durations_past_a_day_are_refused_not_overflowed() {
+        assert_eq!(
+            parse_duration("3s").unwrap(),
+            std::time::Duration::from_secs(3)
+        );
+        assert_eq!(parse_duration("24h").unwrap(), MAX_DURATION);
+        for worst in ["200000000000years", "25h", "0s"] {
+            assert!(parse_duration(worst).is_err(), "{worst}");
+        }
+    }
+
+    #[test]
+    fn the_cluster_token_comes_from_its_file() {
+        let dir = std::env::temp_dir().join(format!("fp-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, empty) = (dir.join("token"), dir.join("empty"));
+        std::fs::write(&file, "s3cret\nignored\n").unwrap();
+        std::fs::write(&empty, "\n").unwrap();
+        assert_eq!(read_token_file(&file).unwrap(), "s3cret");
+        assert!(read_token_file(&empty)
+            .unwrap_err()
+            .to_string()
+            .contains("is empty"));
+        let missing = read_token_file(&dir.join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("--cluster-token-file"), "{missing}");
+        let mut c = StoreConfig::new();
+        c.cluster_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.cluster_token_file = Some(file);
+        assert!(c.cluster().unwrap().is_some());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn sizes_and_modes() {

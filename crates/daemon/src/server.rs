@@ -45,6 +45,17 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         }
         _ => (Store::new(memory), None),
     };
+    // A slot serves one object, and an object takes at least 64 bytes of
+    // the arena: more slots than that can never be used, and each costs 64
+    // bytes touched at start.
+    let useful_slots = (memory / 64).max(crate::config::DEFAULT_TABLE_SLOTS as u64);
+    if config.table_slots as u64 > useful_slots {
+        return Err(DaemonError::BadConfig(format!(
+            "--table-slots {} is more than {memory} bytes of --memory can ever use (at most \
+             {useful_slots}: one object per 64 bytes); each slot costs 64 bytes of memory",
+            config.table_slots
+        )));
+    }
     let fast = match config.table_slots {
         0 => None,
         n => Some(Arc::new(FastTable::create(n as usize)?)),
@@ -77,6 +88,14 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         let registry = crate::metrics::registry(&instruments, shared.clone(), cluster.clone());
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(%addr, "metrics at http://{addr}/metrics");
+            if !addr.ip().is_loopback() {
+                tracing::warn!(
+                    %addr,
+                    "the metrics endpoint has no authentication and listens beyond this host: \
+                     anyone who reaches {addr} reads the store's figures; bind it to 127.0.0.1 \
+                     or firewall the port"
+                );
+            }
         }
         tokio::spawn(crate::metrics::serve(listener, registry));
     }

@@ -530,3 +530,58 @@ fn batches_of_a_million_ids_work_and_the_client_stays_usable() {
     c.put(id, b"after", b"").unwrap();
     assert!(c.contains(&[id]).unwrap()[0]);
 }
+
+#[test]
+fn the_worst_flag_values_are_refused_in_one_line_with_status_2() {
+    let dir = temp_dir("flags");
+    let socket = dir.join("s.sock");
+    let s = socket.to_str().unwrap();
+    let cases: &[&[&str]] = &[
+        &[
+            "store",
+            "-m",
+            "64MiB",
+            "--table-slots",
+            "100000000",
+            "-s",
+            s,
+        ],
+        &[
+            "store",
+            "-m",
+            "8MiB",
+            "--cluster-listen",
+            "127.0.0.1:0",
+            "--cluster-token",
+            "t",
+            "--peer-timeout",
+            "200000000000years",
+            "-s",
+            s,
+        ],
+        &[
+            "store",
+            "-m",
+            "8MiB",
+            "--heartbeat-interval",
+            "25h",
+            "-s",
+            s,
+        ],
+        &["stats", "--watch", "1e300", "-s", s],
+        &["stats", "--watch", "-1", "-s", s],
+    ];
+    for args in cases {
+        let t = Instant::now();
+        let out = Command::new(bin()).args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{args:?} took {:?}",
+            t.elapsed()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
