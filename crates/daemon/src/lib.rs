@@ -16,6 +16,7 @@
 //! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
 //! - `metrics` — Prometheus metrics and their endpoint (`--metrics-listen`).
+//! - `rate_log` — log lines strangers can cause, at most one per 10 s.
 //! - `watch` — `ferroplasma stats --watch`: a live view with rates.
 //! - [`cluster`] — many stores, one namespace: membership, the partitioned
 //!   directory, remote gets over the bulk transport (docs/cluster.md).
@@ -32,6 +33,7 @@ mod fast_table;
 mod fdpass;
 mod listener;
 mod metrics;
+mod rate_log;
 pub mod server;
 mod shared;
 mod spill;

@@ -82,6 +82,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         }
     );
     let clients = Arc::new(tokio::sync::Semaphore::new(config.max_clients as usize));
+    let accept_failed = crate::rate_log::RateLimited::new();
     let parent_gone = parent_watch(config.exit_with_parent);
     tokio::pin!(parent_gone);
     loop {
@@ -112,7 +113,9 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
                 }
                 Err(e) => {
                     // Out of descriptors or similar: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
+                    if let Some(suppressed) = accept_failed.admit() {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },

@@ -621,7 +621,7 @@ async fn serve_one(
     .await
     .map_err(|_| std::io::Error::other(format!("no hello and token within {stall:?}")))??;
     if !super::token::same(&presented, token.as_bytes()) {
-        tracing::warn!(peer = ?s.peer_addr().ok(), "bulk connection refused: wrong cluster token");
+        super::token::refused_bulk(s.peer_addr().ok());
         return Err(std::io::Error::other("wrong cluster token"));
     }
     let peer = s.peer_addr().ok();
