@@ -263,6 +263,8 @@ impl StoreConfig {
             token,
             heartbeat: self.heartbeat_interval,
             peer_timeout: self.peer_timeout,
+            grpc_connections: crate::descriptors::NetworkCaps::DEFAULT.grpc,
+            bulk_connections: crate::descriptors::NetworkCaps::DEFAULT.bulk,
         }))
     }
 

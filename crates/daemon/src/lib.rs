@@ -16,6 +16,11 @@
 //! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
 //! - `metrics` — Prometheus metrics and their endpoint (`--metrics-listen`).
+//! - `guard` — the network ports' cap on connections and their deadlines
+//!   (cluster gRPC, bulk, metrics).
+//! - `descriptors` — the descriptor limit raised at start and split
+//!   between local clients and the network ports.
+//! - `rate_log` — log lines strangers can cause, at most one per 10 s.
 //! - `watch` — `ferroplasma stats --watch`: a live view with rates.
 //! - [`cluster`] — many stores, one namespace: membership, the partitioned
 //!   directory, remote gets over the bulk transport (docs/cluster.md).
@@ -27,11 +32,14 @@ pub mod cluster;
 pub mod config;
 mod connection;
 mod convert;
+mod descriptors;
 pub mod error;
 mod fast_table;
 mod fdpass;
+mod guard;
 mod listener;
 mod metrics;
+mod rate_log;
 pub mod server;
 mod shared;
 mod spill;

@@ -2,8 +2,9 @@
 //! counters the connections bump as they answer ([`Instruments`]), the
 //! store's own figures read at each scrape ([`StoreCollector`]: O(1), the
 //! counters `Store::stats` keeps), and the HTTP endpoint that serves them in
-//! Prometheus' text format (`GET /metrics`, nothing else). Names and
-//! meanings: docs/operations.md.
+//! Prometheus' text format (`GET /metrics`, nothing else), its connections
+//! capped and given deadlines (crate::guard). Names and meanings:
+//! docs/operations.md.
 
 use crate::cluster::Cluster;
 use crate::shared::SharedRef;
@@ -380,9 +381,15 @@ pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener,
     })
 }
 
+/// How long a scraper's connection may move no byte once it has sent a
+/// request (scrapers keeping it alive between scrapes connect again).
+const IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Serves `GET /metrics` on `listener` until the store stops; any other
-/// method or path gets 405 or 404.
-pub async fn serve(listener: tokio::net::TcpListener, registry: Registry) {
+/// method or path gets 405 or 404. At most `cap` connections at once;
+/// one that sends nothing within [`crate::guard::HELLO`], or nothing for
+/// [`IDLE`] after that, is closed.
+pub async fn serve(listener: tokio::net::TcpListener, cap: usize, registry: Registry) {
     use axum::http::{header, StatusCode};
     use axum::routing::get;
     let registry = Arc::new(registry);
@@ -412,7 +419,8 @@ pub async fn serve(listener: tokio::net::TcpListener, registry: Registry) {
             }),
         )
         .fallback(|| async { (StatusCode::NOT_FOUND, "only GET /metrics is served here\n") });
-    if let Err(e) = axum::serve(listener, app).await {
+    let guard = crate::guard::Guard::new("metrics", cap, crate::guard::HELLO, IDLE);
+    if let Err(e) = axum::serve(guard.incoming(listener), app).await {
         tracing::warn!("the metrics endpoint stopped: {e}");
     }
 }

@@ -3,6 +3,7 @@
 use crate::arena::Arena;
 use crate::cluster::Cluster;
 use crate::config::{human, StoreConfig};
+use crate::descriptors::{self, NetworkCaps};
 use crate::fast_table::FastTable;
 use crate::shared::SharedRef;
 use crate::spill::SpillDir;
@@ -23,7 +24,11 @@ pub fn run(config: StoreConfig) -> Result<(), DaemonError> {
 
 /// Runs a store on the current tokio runtime until SIGTERM or SIGINT.
 pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
-    let cluster_config = config.cluster()?;
+    let mut cluster_config = config.cluster()?;
+    let caps = descriptor_budget(config.max_clients);
+    if let Some(c) = &mut cluster_config {
+        (c.grpc_connections, c.bulk_connections) = (caps.grpc, caps.bulk);
+    }
     let (memory, why) = config.memory_size()?;
     let honest = config.check_backing(memory)?;
     let path = config.socket_path();
@@ -97,7 +102,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
                 );
             }
         }
-        tokio::spawn(crate::metrics::serve(listener, registry));
+        tokio::spawn(crate::metrics::serve(listener, caps.metrics, registry));
     }
     // Signals are ours before anyone is told the store is ready: a SIGINT
     // or SIGTERM that follows "ready" at once is never lost.
@@ -114,6 +119,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         }
     );
     let clients = Arc::new(tokio::sync::Semaphore::new(config.max_clients as usize));
+    let accept_failed = crate::rate_log::RateLimited::new();
     let parent_gone = parent_watch(config.exit_with_parent);
     tokio::pin!(parent_gone);
     loop {
@@ -144,7 +150,9 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
                 }
                 Err(e) => {
                     // Out of descriptors or similar: back off, keep serving.
-                    tracing::warn!(error = %e, "accept failed");
+                    if let Some(suppressed) = accept_failed.admit() {
+                        tracing::warn!(error = %e, suppressed, "accept failed");
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
             },
@@ -157,6 +165,25 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         }
     }
     Ok(())
+}
+
+/// Raises the descriptor limit to the hard one and splits it between local
+/// clients and the network ports: the network ports' caps.
+fn descriptor_budget(max_clients: u32) -> NetworkCaps {
+    let (limit, before) = descriptors::raise_limit();
+    let caps = NetworkCaps::for_limit(limit, max_clients);
+    tracing::debug!(
+        limit,
+        before,
+        local_clients = descriptors::local_reserve(limit, max_clients),
+        store = descriptors::OTHER,
+        cluster = caps.grpc,
+        bulk = caps.bulk,
+        metrics = caps.metrics,
+        "descriptors: the limit (the soft one raised to the hard one), those kept for \
+         local clients and for the store, and each network port's cap"
+    );
+    caps
 }
 
 /// With `enabled`, completes when this process's parent has exited (it is

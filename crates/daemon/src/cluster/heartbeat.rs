@@ -27,9 +27,7 @@ pub async fn run(cluster: Arc<Cluster>) {
                     Ok(r) => c.heard(member_of(r.from), &r.known),
                     Err(e) if e.code() == tonic::Code::Unauthenticated => {
                         lock(&c.membership).refused(&addr);
-                        if super::token::quiet_period() {
-                            tracing::warn!(member = %addr, "heartbeat refused: the member has another --cluster-token")
-                        }
+                        super::token::refused_heartbeat(&addr);
                     }
                     Err(e) => tracing::trace!(member = %addr, error = %e, "no heartbeat answer"),
                 }

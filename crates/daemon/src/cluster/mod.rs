@@ -85,6 +85,10 @@ pub struct ClusterConfig {
     pub heartbeat: Duration,
     /// Silence after which a member is declared dead.
     pub peer_timeout: Duration,
+    /// Most connections at once on the gRPC port.
+    pub grpc_connections: usize,
+    /// Most connections at once on the bulk port.
+    pub bulk_connections: usize,
 }
 
 /// Something a cluster operation finished, for the connection that asked.
@@ -220,6 +224,8 @@ fn test_member(
         token: "unit-test".into(),
         heartbeat,
         peer_timeout,
+        grpc_connections: 64,
+        bulk_connections: 64,
     };
     rt.block_on(Cluster::start(cfg, shared)).expect("cluster")
 }
@@ -329,9 +335,11 @@ impl Cluster {
             d.set_ring(fingerprint, me.to_vec());
             d.synced(&cluster.me, fingerprint);
         }
+        let grpc = service::guard(cfg.grpc_connections, cfg.peer_timeout).incoming(grpc);
         handle.spawn(service::serve(cluster.clone(), grpc));
         handle.spawn(transport::serve_tcp(
             bulk,
+            cfg.bulk_connections,
             token,
             Arc::new(source::StoreSource(cluster.clone())),
             cfg.peer_timeout,

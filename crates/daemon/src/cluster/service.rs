@@ -5,6 +5,7 @@ use super::pb;
 use super::pb::peer_server::{Peer, PeerServer};
 use super::token::Check;
 use super::Cluster;
+use crate::guard::{self, Guard, Incoming};
 use ferroplasma_protocol::{pack_ids, unpack_ids, ObjectId};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,14 +18,25 @@ pub(super) const MAX_IDS: usize = 1 << 16;
 #[derive(Debug)]
 struct Service(Arc<Cluster>);
 
-/// Serves the peer protocol on `listener` until the task is dropped.
-pub async fn serve(cluster: Arc<Cluster>, listener: tokio::net::TcpListener) {
+/// How long a member's connection may move no byte once it has spoken:
+/// members send a heartbeat every `--heartbeat-interval` and an HTTP/2
+/// ping every `--peer-timeout` on it, so only strangers stay this quiet.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// The guard of the gRPC port: at most `cap` connections; a connection
+/// that sends nothing within [`guard::HELLO`], or nothing for the longer of
+/// [`IDLE`] and 4 peer timeouts after that, is closed.
+pub fn guard(cap: usize, peer_timeout: Duration) -> Arc<Guard> {
+    Guard::new("cluster", cap, guard::HELLO, IDLE.max(4 * peer_timeout))
+}
+
+/// Serves the peer protocol on `incoming` until the task is dropped.
+pub async fn serve(cluster: Arc<Cluster>, incoming: Incoming) {
     let check = Check(cluster.token.clone());
     let svc = PeerServer::new(Service(cluster))
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(256 << 20);
     let svc = tonic::service::interceptor::InterceptedService::new(svc, check);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     if let Err(e) = tonic::transport::Server::builder()
         .add_service(svc)
         .serve_with_incoming(incoming)

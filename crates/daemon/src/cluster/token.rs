@@ -1,6 +1,7 @@
 //! The cluster token: checked on every gRPC call (an interceptor) and on
-//! every bulk connection.
+//! every bulk connection; refusals are logged at most once per 10 s.
 
+use crate::rate_log::RateLimited;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
@@ -15,19 +16,36 @@ pub fn same(a: &[u8], b: &[u8]) -> bool {
 const REFUSAL: &str =
     "wrong or missing cluster token (every member needs the same --cluster-token)";
 
-/// True at most once every 10 s: a refusal repeated by every heartbeat is
-/// logged once, not ten times a second.
-pub fn quiet_period() -> bool {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let last = LAST.load(Ordering::Relaxed);
-    now >= last + 10
-        && LAST
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+/// Refused gRPC calls: logged at most once per 10 s (every heartbeat of a
+/// misconfigured member is refused, ten times a second).
+static REFUSED_CALLS: RateLimited = RateLimited::new();
+
+/// Refused bulk connections, likewise.
+static REFUSED_BULK: RateLimited = RateLimited::new();
+
+/// This member's heartbeats refused by others, likewise.
+static REFUSED_HEARTBEATS: RateLimited = RateLimited::new();
+
+/// Logs (rate-limited) a heartbeat to `member` refused for the token.
+pub fn refused_heartbeat(member: &str) {
+    if let Some(suppressed) = REFUSED_HEARTBEATS.admit() {
+        tracing::warn!(
+            member,
+            suppressed,
+            "heartbeat refused: the member has another --cluster-token"
+        );
+    }
+}
+
+/// Logs (rate-limited) a bulk connection from `peer` refused for its token.
+pub fn refused_bulk(peer: Option<std::net::SocketAddr>) {
+    if let Some(suppressed) = REFUSED_BULK.admit() {
+        tracing::warn!(
+            ?peer,
+            suppressed,
+            "bulk connection refused: wrong cluster token"
+        );
+    }
 }
 
 /// Refuses calls without the right token.
@@ -39,13 +57,13 @@ impl tonic::service::Interceptor for Check {
         match req.metadata().get(HEADER) {
             Some(v) if same(v.as_bytes(), self.0.as_bytes()) => Ok(req),
             _ => {
-                if !quiet_period() {
-                    return Err(Status::unauthenticated(REFUSAL));
+                if let Some(suppressed) = REFUSED_CALLS.admit() {
+                    tracing::warn!(
+                        peer = ?req.remote_addr(),
+                        suppressed,
+                        "cluster call refused: missing or wrong --cluster-token"
+                    );
                 }
-                tracing::warn!(
-                    peer = ?req.remote_addr(),
-                    "cluster call refused: missing or wrong --cluster-token"
-                );
                 Err(Status::unauthenticated(REFUSAL))
             }
         }

@@ -34,9 +34,12 @@
 //! allocations: a thousand 1 kB objects are one request, one frame and a
 //! few system calls on each side.
 //!
-//! Idle connections are pooled per member and reused by later pulls.
+//! Idle connections are pooled per member and reused by later pulls. The
+//! serving side caps its connections and closes those that send no hello
+//! in time or stay idle (crate::guard; docs/cluster.md, "Network ports").
 
 use crate::arena::Arena;
+use crate::guard::Guard;
 use ferroplasma_protocol::frame::MAX_INLINE_SIZE;
 use ferroplasma_protocol::ObjectId;
 use std::collections::HashMap;
@@ -571,41 +574,47 @@ impl Transport for TcpTransport {
     }
 }
 
-/// Serves pulls on `listener` until the task is dropped. A puller that
-/// sends nothing (hello, token) or reads nothing for `stall` is dropped,
-/// and the objects being sent to it unpinned.
+/// How long a bulk connection may wait for its next request: pullers
+/// pool idle connections and take a fresh one when a pooled one was closed.
+pub const IDLE: Duration = Duration::from_secs(300);
+
+/// Serves pulls on `listener` until the task is dropped, at most `cap`
+/// connections at once (those over it are closed at once). A puller that
+/// sends no hello and token within `stall` of connecting, or reads nothing
+/// of an answer for `stall`, is dropped, and the objects being sent to it
+/// unpinned; a connection with no request for [`IDLE`] (or 4 `stall`s,
+/// the longer) is closed.
 pub async fn serve_tcp(
     listener: TcpListener,
+    cap: usize,
     token: Arc<str>,
     source: Arc<dyn Source>,
     stall: Duration,
 ) {
+    let guard = Guard::new("bulk", cap, stall, IDLE.max(4 * stall));
+    let mut incoming = guard.incoming(listener);
     loop {
-        match listener.accept().await {
-            Ok((s, from)) => {
-                let (token, source) = (token.clone(), source.clone());
-                tokio::spawn(async move {
-                    if let Err(e) = serve_one(s, &token, source, stall).await {
-                        tracing::debug!(%from, error = %e, "bulk connection ended");
-                    }
-                });
+        let a = incoming.admit().await;
+        let (token, source, guard) = (token.clone(), source.clone(), guard.clone());
+        tokio::spawn(async move {
+            let from = a.peer;
+            if let Err(e) = serve_one(a.stream, from, &token, source, stall, &guard).await {
+                tracing::debug!(%from, error = %e, "bulk connection ended");
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "bulk accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+            drop(a.permit);
+        });
     }
 }
 
 async fn serve_one(
     mut s: TcpStream,
+    peer: std::net::SocketAddr,
     token: &str,
     source: Arc<dyn Source>,
     stall: Duration,
+    guard: &Guard,
 ) -> std::io::Result<()> {
-    s.set_nodelay(true)?;
-    let presented = tokio::time::timeout(stall, async {
+    let presented = tokio::time::timeout(guard.hello(), async {
         let mut hello = [0u8; 6];
         s.read_exact(&mut hello).await?;
         if &hello[..4] != MAGIC {
@@ -619,18 +628,25 @@ async fn serve_one(
         Ok(presented)
     })
     .await
-    .map_err(|_| std::io::Error::other(format!("no hello and token within {stall:?}")))??;
+    .map_err(|_| {
+        guard.no_hello(Some(peer));
+        std::io::Error::other(format!("no hello and token within {:?}", guard.hello()))
+    })??;
     if !super::token::same(&presented, token.as_bytes()) {
-        tracing::warn!(peer = ?s.peer_addr().ok(), "bulk connection refused: wrong cluster token");
+        super::token::refused_bulk(Some(peer));
         return Err(std::io::Error::other("wrong cluster token"));
     }
-    let peer = s.peer_addr().ok();
+    let peer = Some(peer);
     loop {
         let mut head = [0u8; 5];
-        match s.read_exact(&mut head).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
+        match tokio::time::timeout(guard.idle(), s.read_exact(&mut head)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                tracing::debug!(?peer, "bulk connection closed: idle for {:?}", guard.idle());
+                return Ok(());
+            }
         }
         let kind = head[0];
         if kind != PULL && kind != LOOKUP {

@@ -160,7 +160,7 @@ impl Landing for VecLanding {
 async fn serve(src: Arc<ArenaSource>) -> String {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap().to_string();
-    tokio::spawn(serve_tcp(l, "tok".into(), src, Duration::from_secs(5)));
+    tokio::spawn(serve_tcp(l, 64, "tok".into(), src, Duration::from_secs(5)));
     addr
 }
 
