@@ -27,6 +27,9 @@ _ONE_ID = (ObjectID, bytes, bytearray, str)
 
 # Objects up to this size travel inside one create-and-seal message.
 _INLINE_PUT = 64 * 1024
+# A reader (another user the store allows) puts by value up to the store's
+# inline limit: it cannot write into the store's memory (docs/security.md).
+_READER_PUT = 8 << 20
 
 
 class _NotAvailableType:
@@ -205,7 +208,10 @@ class Client:
         plan = serialization.plan(obj)
         raw = oid.binary()
         wait_ms = _timeout_ms(wait)
-        if plan.size <= _INLINE_PUT and wait_ms == 0:
+        by_value = plan.size <= _INLINE_PUT and wait_ms == 0
+        if self._native.read_only and plan.size <= _READER_PUT:
+            by_value = True  # a reader cannot write in place: the store copies
+        if by_value:
             # Small: serialize here and send it in the create message (one round trip).
             data = bytearray(plan.size)
             plan.fill(memoryview(data))
