@@ -32,6 +32,7 @@ _ERRORS: dict[str, type[Exception]] = {
     "dataset": DatasetNotFound,
     "query": QueryError,
     "protocol": ProtocolError,
+    "busy": ScanServerUnavailable,  # a connection cap: try later
 }
 # ITERATE requests kept in flight, so the server is producing the next batch
 # while this side receives the current one; each asks for up to _PER_ITERATE
@@ -185,7 +186,7 @@ class ScanClient:
                     "sql": sql,
                     "dataset": dataset,
                     "batch_rows": batch_rows,
-                    "materialize": materialize,
+                    "materialize": bool(materialize),
                     "wire": wire_format,
                     "store_probe": probe.hex() if probe else None,
                 },

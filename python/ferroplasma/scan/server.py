@@ -1,13 +1,17 @@
 """The scan server: runs SQL on the datasets under a root with DuckDB and
 streams the result batches, buffer by buffer, to its clients.
 
-One thread per connection; a connection may hold several scans. A scan's
-batches are sent as DuckDB produced them: the frame's descriptor, then every
-Arrow buffer of every column in one gather send (see ``wire.py``). When the
-client shares this host's store (it proves it with a probe object only that
-store holds), batches go into the store instead and only their ids travel.
-A connection that breaks takes its scans with it; errors in one request are
-answered with an ERROR frame and the connection carries on.
+One thread (the gate, ``gate.py``) accepts connections and reads their
+HELLOs, under a deadline and caps, so that strangers cost no thread; each
+authenticated connection then gets a thread of its own, and may hold several
+scans. A scan's batches are sent as DuckDB produced them: the frame's
+descriptor, then every Arrow buffer of every column in one gather send (see
+``wire.py``). When the client shares this host's store (it proves it with a
+probe object only that store holds), batches go into the store instead and
+only their ids travel.
+A connection that breaks takes its scans with it; errors in one request
+(wrongly typed fields included) are answered with an ERROR frame and the
+connection carries on.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import hmac
+import ipaddress
 import itertools
 import logging
+import math
 import socket
 import threading
 from pathlib import Path
@@ -27,6 +33,7 @@ from .._ids import ObjectID
 from .._optional import require
 from ..errors import AccessDenied, FerroplasmaError, ProtocolError, QueryError, ScanError
 from . import engine, wire
+from .gate import Gate, HelloAnswer, RefusalLog
 from .transport import TcpTransport, Transport, parse_address
 
 __all__ = ["DEFAULT_BATCH_ROWS", "ScanServer"]
@@ -43,11 +50,52 @@ _CODES = {
 }
 
 
+_JSON_TYPES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+}
+
+
 def _code(e: Exception) -> str:
     for cls, code in _CODES.items():
         if isinstance(e, cls):
             return code
     return "scan"
+
+
+def _typed(f: dict[str, Any], name: str, want: type, request: str) -> Any:
+    """Field ``name`` of a ``request``: None (absent or null) or of JSON
+    type ``want`` (true is not an integer here); ProtocolError otherwise."""
+    value = f.get(name)
+    if value is None or type(value) is want:
+        return value
+    got = _JSON_TYPES.get(type(value), type(value).__name__)
+    raise ProtocolError(f"{request}'s {name!r} must be {_JSON_TYPES[want]}, not {got}")
+
+
+def _brief(value: Any) -> str:
+    """A client's value for an error message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, not {value!r}")
+    return value
 
 
 class _Stored:
@@ -115,7 +163,16 @@ class ScanServer:
 
     ``token``: clients must present it (compared in constant time).
     ``store_socket``: the local store to place batches in for clients on
-    this host (None: never). ``threads``: DuckDB threads per scan.
+    this host (None: never). ``threads``: DuckDB threads per scan (1 to
+    ``engine.MAX_THREADS``; None: every core).
+
+    Strangers: a connection must send its HELLO within ``hello_timeout``
+    seconds; at most ``max_pending`` connections may be waiting to, and at
+    most ``max_connections`` be open in all; beyond a cap a connection is
+    closed at once. Refusals are logged at most once per kind every
+    ``refusal_log_interval`` seconds, with a count of those left out. Bad
+    values raise ValueError (an unusable ``listen``: ValueError or OSError).
+    Listening beyond loopback without a token logs a warning.
     """
 
     def __init__(
@@ -125,17 +182,61 @@ class ScanServer:
         token: str | None = None,
         store_socket: str | None = None,
         threads: int | None = None,
+        *,
+        hello_timeout: float = 3.0,
+        max_pending: int = 64,
+        max_connections: int = 256,
+        refusal_log_interval: float = 10.0,
     ) -> None:
         require("the scan server", "scan", "duckdb", "pyarrow")
+        if not engine.valid_threads(threads):
+            raise ValueError(
+                f"threads must be a whole number from 1 to {engine.MAX_THREADS} (or None for "
+                f"every core), not {threads!r}"
+            )
+        for name, value in (
+            ("hello_timeout", hello_timeout),
+            ("refusal_log_interval", refusal_log_interval),
+        ):
+            if type(value) not in (int, float) or not (0 < value < math.inf):
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        _positive_int("max_pending", max_pending)
+        _positive_int("max_connections", max_connections)
+        if not str(root):
+            raise ValueError("the scan root is empty: name a directory")
         self.root = Path(root).resolve()
         if not self.root.is_dir():
-            raise FileNotFoundError(f"scan root {root} is not a directory")
+            raise FileNotFoundError(f"scan root {str(root)!r} is not a directory")
         self.token = token or ""
         self.store_socket = store_socket
         self.threads = threads
         host, port = parse_address(listen)
-        self._sock = socket.create_server((host, port), reuse_port=False, backlog=128)
+        try:
+            self._sock = socket.create_server((host, port), reuse_port=False, backlog=128)
+        except OSError as e:
+            raise OSError(f"cannot listen on {listen!r}: {e.strerror or e}") from e
+        except (ValueError, TypeError) as e:  # e.g. a NUL in the host name
+            raise ValueError(f"cannot listen on {listen!r}: {e}") from None
         self.address = "{}:{}".format(*self._sock.getsockname()[:2])
+        if not self.token and not _is_loopback(self._sock.getsockname()[0]):
+            log.warning(
+                "the scan server listens on %s without a token: anyone who can reach it can "
+                "query every dataset under %s. Give it a token (--token-file or "
+                "$FERROPLASMA_SCAN_TOKEN) or listen on 127.0.0.1",
+                self.address,
+                self.root,
+            )
+        self._refusals = RefusalLog(refusal_log_interval)
+        self._gate = Gate(
+            self._sock,
+            check_hello=self._check_hello,
+            admit=self._admit,
+            active=lambda: len(self._connections),
+            hello_timeout=float(hello_timeout),
+            max_pending=max_pending,
+            max_connections=max_connections,
+            refusals=self._refusals,
+        )
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._open_scans = 0
@@ -149,20 +250,26 @@ class ScanServer:
     # ------------------------------------------------------------ lifecycle
 
     def serve_forever(self) -> None:
-        """Accepts connections until :meth:`close`."""
-        while not self._closed:
-            try:
-                conn, peer = self._sock.accept()
-            except OSError:
-                if self._closed:
-                    return
-                raise
-            t = TcpTransport(conn)
-            with self._lock:
-                self._connections.add(t)
+        """Accepts connections until :meth:`close` (see ``gate.py``)."""
+        self._gate.run()
+
+    def _admit(self, sock: socket.socket, peer: str) -> None:
+        """Serves a connection whose HELLO was accepted, in its own thread."""
+        t = TcpTransport(sock)
+        with self._lock:
+            if self._closed:
+                t.close()
+                return
+            self._connections.add(t)
+        try:
             threading.Thread(
                 target=self._serve_connection, args=(t, peer), daemon=True, name=f"scan {peer}"
             ).start()
+        except RuntimeError as e:  # the system has no thread to give
+            with self._lock:
+                self._connections.discard(t)
+            t.close()
+            self._refusals("thread", peer, f"no thread to serve it: {e}")
 
     def start(self) -> ScanServer:
         """Serves in a background thread (for tests and embedding)."""
@@ -172,12 +279,13 @@ class ScanServer:
 
     def close(self) -> None:
         """Stops accepting and drops every connection (their scans end)."""
-        self._closed = True
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._gate.stop()
         self._sock.close()
+        self._refusals.flush()
         with self._lock:
             conns = list(self._connections)
         for t in conns:
@@ -190,12 +298,14 @@ class ScanServer:
         self.close()
 
     def status(self) -> dict[str, int]:
-        """Open scans and connections; batches and bytes sent so far, and
-        how many of those batches went through the local store."""
+        """Open scans, authenticated connections and connections still to
+        send their HELLO; batches and bytes sent so far, and how many of
+        those batches went through the local store."""
         with self._lock:
             return {
                 "scans": self._open_scans,
                 "connections": len(self._connections),
+                "unauthenticated": self._gate.pending,
                 "batches_sent": self._batches_sent,
                 "bytes_sent": self._bytes_sent,
                 "store_batches": self._store_batches,
@@ -203,19 +313,18 @@ class ScanServer:
 
     # ------------------------------------------------------------ one connection
 
-    def _serve_connection(self, t: Transport, peer: Any) -> None:
+    def _serve_connection(self, t: Transport, peer: str) -> None:
         scans: dict[int, _Scan] = {}
         store: list[Any] = []  # the store client, connected on first use
         try:
-            if self._hello(t):
-                while True:
-                    kind, fields, body_len = wire.recv(t)
-                    if body_len:
-                        raise ProtocolError("clients send no frame bodies")
-                    try:
-                        self._request(t, kind, fields, scans, store)
-                    except FerroplasmaError as e:  # ScanError, ProtocolError, StoreFull, ...
-                        wire.send(t, wire.ERROR, {"code": _code(e), "message": str(e)})
+            while True:
+                kind, fields, body_len = wire.recv(t)
+                if body_len:
+                    raise ProtocolError("clients send no frame bodies")
+                try:
+                    self._request(t, kind, fields, scans, store)
+                except FerroplasmaError as e:  # ScanError, ProtocolError, StoreFull, ...
+                    wire.send(t, wire.ERROR, {"code": _code(e), "message": str(e)})
         except (ConnectionError, OSError):
             pass  # the client went away: its scans end below
         except ProtocolError as e:
@@ -234,36 +343,36 @@ class ScanServer:
                 self._connections.discard(t)
             t.close()
 
-    def _hello(self, t: Transport) -> bool:
-        kind, fields, body_len = wire.recv(t)
-        if kind != wire.HELLO or body_len:
-            raise ProtocolError("a connection starts with HELLO")
-        if fields.get("version") != wire.VERSION:
-            wire.send(
-                t,
-                wire.ERROR,
-                {
-                    "code": "protocol",
-                    "message": f"scan protocol version {fields.get('version')} is not "
-                    f"{wire.VERSION}: use the same ferroplasma version on both sides",
-                },
+    def _check_hello(self, fields: dict[str, Any]) -> HelloAnswer:
+        """The answer to a HELLO (the gate sends it): READY, or ERROR and
+        the refusal to log."""
+        version = fields.get("version")
+        if type(version) is not int or version != wire.VERSION:
+            why = (
+                f"scan protocol version {_brief(version)} is not {wire.VERSION}: use the "
+                "same ferroplasma version on both sides"
             )
-            return False
-        given = str(fields.get("token") or "").encode()
-        if not hmac.compare_digest(given, self.token.encode()):
+            return wire.ERROR, {"code": "protocol", "message": why}, ("version", why)
+        try:
+            token = _typed(fields, "token", str, "HELLO") or ""
+        except ProtocolError as e:
+            return wire.ERROR, {"code": "protocol", "message": str(e)}, ("hello", str(e))
+        # surrogatepass: any str a JSON string or argv holds encodes.
+        given = token.encode("utf-8", "surrogatepass")
+        if not hmac.compare_digest(given, self.token.encode("utf-8", "surrogatepass")):
             if not self.token:
                 why = (
                     "this scan server takes no token (it was started without --token): "
                     "connect without one"
                 )
+                logged = "it gave a token, and this server has none"
             elif not given:
                 why = "this scan server needs a token: connect with token=... (its --token)"
+                logged = "no token"
             else:
-                why = "wrong scan token"
-            wire.send(t, wire.ERROR, {"code": "auth", "message": why})
-            return False
-        wire.send(t, wire.READY, {"version": wire.VERSION})
-        return True
+                why = logged = "wrong scan token"
+            return wire.ERROR, {"code": "auth", "message": why}, ("token", logged)
+        return wire.READY, {"version": wire.VERSION}, None
 
     def _request(
         self, t: Transport, kind: int, f: dict[str, Any], scans: dict[int, _Scan], store: list
@@ -271,42 +380,45 @@ class ScanServer:
         if kind == wire.INIT_SCAN:
             self._init_scan(t, f, scans, store)
         elif kind == wire.ITERATE:
-            scan_id = f.get("scan")
-            scan = scans.get(scan_id)  # type: ignore[arg-type]
-            if scan is None:
+            scan_id = _typed(f, "scan", int, "ITERATE")
+            n = _typed(f, "batches", int, "ITERATE")
+            budget = _typed(f, "bytes", int, "ITERATE")
+            scan = None if scan_id is None else scans.get(scan_id)
+            if scan_id is None or scan is None:
                 raise ScanError(f"no open scan {scan_id} on this connection")
-            self._iterate(t, scan_id, scan, f.get("batches", 1), f.get("bytes"))  # type: ignore[arg-type]
+            self._iterate(t, scan_id, scan, 1 if n is None else n, budget)
         elif kind == wire.FINALIZE:
-            scan = scans.pop(f.get("scan"), None)  # type: ignore[arg-type]
+            scan_id = _typed(f, "scan", int, "FINALIZE")
+            scan = None if scan_id is None else scans.pop(scan_id, None)
             if scan is not None:
                 scan.close()
                 with self._lock:
                     self._open_scans -= 1
-            wire.send(t, wire.FINALIZED, {"scan": f.get("scan")})
+            wire.send(t, wire.FINALIZED, {"scan": scan_id})
         elif kind == wire.STATUS:
             wire.send(t, wire.STATUS_REPLY, self.status())
         else:
             raise ProtocolError(f"unexpected {wire.NAMES[kind]} frame from a client")
 
     def _init_scan(self, t: Transport, f: dict[str, Any], scans: dict, store: list) -> None:
-        rows = f.get("batch_rows")
+        sql = _typed(f, "sql", str, "INIT_SCAN")
+        dataset = _typed(f, "dataset", str, "INIT_SCAN")
+        rows = _typed(f, "batch_rows", int, "INIT_SCAN")
+        materialize = _typed(f, "materialize", bool, "INIT_SCAN")
+        wire_mode = _typed(f, "wire", str, "INIT_SCAN")
+        probe = _typed(f, "store_probe", str, "INIT_SCAN")
         rows = DEFAULT_BATCH_ROWS if rows is None else rows
-        if not isinstance(rows, int) or not 0 < rows <= MAX_BATCH_ROWS:
+        if not 0 < rows <= MAX_BATCH_ROWS:
             raise QueryError(f"batch_rows must be between 1 and {MAX_BATCH_ROWS}")
-        wire_mode = f.get("wire", "buffers")
+        wire_mode = "buffers" if wire_mode is None else wire_mode
         if wire_mode not in ("buffers", "ipc"):
-            raise QueryError(f"unknown wire format {wire_mode!r} (buffers or ipc)")
-        via_store = self._shares_store(f.get("store_probe"), store)
-        ds = engine.resolve(self.root, f.get("dataset"))  # type: ignore[arg-type]
-        con, rel = engine.open_query(ds, f.get("sql"), self.threads)  # type: ignore[arg-type]
+            raise QueryError(f"unknown wire format {_brief(wire_mode)} (buffers or ipc)")
+        via_store = self._shares_store(probe, store)
+        ds = engine.resolve(self.root, dataset)  # type: ignore[arg-type]
+        con, rel = engine.open_query(ds, sql, self.threads)  # type: ignore[arg-type]
         try:
             scan = _Scan(
-                con,
-                rel,
-                rows,
-                bool(f.get("materialize")),
-                wire_mode,
-                store[0] if via_store else None,
+                con, rel, rows, bool(materialize), wire_mode, store[0] if via_store else None
             )
         except FerroplasmaError:
             con.close()
@@ -322,7 +434,7 @@ class ScanServer:
             t, wire.SCAN, {"scan": scan_id, "via_store": via_store}, [scan.schema.serialize()]
         )
 
-    def _shares_store(self, probe: Any, store: list) -> bool:
+    def _shares_store(self, probe: str | None, store: list) -> bool:
         """True if the client's store is ours: it holds the probe object
         the client just made (a random id nobody else knows)."""
         if not probe or self.store_socket is None:
@@ -333,7 +445,7 @@ class ScanServer:
 
                 store.append(Client(self.store_socket))
             return bool(store[0].contains(ObjectID.from_hex(probe)))
-        except (FerroplasmaError, ValueError):
+        except (FerroplasmaError, ValueError, OSError):
             return False
 
     def _iterate(self, t: Transport, scan_id: int, scan: _Scan, n: Any, budget: Any) -> None:

@@ -112,8 +112,10 @@ class TcpTransport(Transport):
 def parse_address(address: str) -> tuple[str, int]:
     """``"host:port"`` (``"[v6]:port"`` for IPv6) as a (host, port) pair."""
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not (port.isascii() and port.isdigit()) or not host:
         raise ValueError(f"address {address!r} is not HOST:PORT (e.g. 127.0.0.1:7700)")
+    if len(port) > 5 or int(port) > 65535:
+        raise ValueError(f"address {address!r}: the port is not between 0 and 65535")
     return host.strip("[]"), int(port)
 
 
