@@ -27,9 +27,6 @@ _ONE_ID = (ObjectID, bytes, bytearray, str)
 
 # Objects up to this size travel inside one create-and-seal message.
 _INLINE_PUT = 64 * 1024
-# A reader (another user the store allows) puts by value up to the store's
-# inline limit: it cannot write into the store's memory (docs/security.md).
-_READER_PUT = 8 << 20
 
 
 class _NotAvailableType:
@@ -105,9 +102,8 @@ class Client:
     @property
     def read_only(self) -> bool:
         """Whether this client's user may only read the store: another user
-        the store allows (``--allow-uid``). It can get, list and subscribe,
-        and put objects of up to 8 MiB by value, but not create objects to
-        fill in place, delete or evict (docs/security.md)."""
+        the store allows (``--allow-uid``). It can get, contains, list and
+        subscribe, but not put, create, delete or evict (docs/security.md)."""
         return self._native.read_only
 
     @property
@@ -208,10 +204,7 @@ class Client:
         plan = serialization.plan(obj)
         raw = oid.binary()
         wait_ms = _timeout_ms(wait)
-        by_value = plan.size <= _INLINE_PUT and wait_ms == 0
-        if self._native.read_only and plan.size <= _READER_PUT:
-            by_value = True  # a reader cannot write in place: the store copies
-        if by_value:
+        if plan.size <= _INLINE_PUT and wait_ms == 0:
             # Small: serialize here and send it in the create message (one round trip).
             data = bytearray(plan.size)
             plan.fill(memoryview(data))

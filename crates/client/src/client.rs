@@ -97,9 +97,8 @@ impl Client {
     }
 
     /// Whether this client may only read (its user is another one the
-    /// store allows, docs/security.md): it can get, contains, list and
-    /// subscribe, and put objects by value up to the store's inline limit,
-    /// but not create objects to write in place, nor delete or evict.
+    /// store allows, docs/security.md): it can get, contains, list, stats
+    /// and subscribe, but not create, delete or evict objects.
     pub fn read_only(&self) -> bool {
         self.inner.read_only
     }
@@ -238,12 +237,7 @@ impl Client {
     /// Stores `data` and `metadata` under `id`: inline for small objects,
     /// create + copy + seal + release for large ones.
     pub fn put(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
-        let by_value = if self.inner.read_only {
-            self.inner.max_inline
-        } else {
-            self.inner.max_inline.min(64 * 1024)
-        };
-        if (data.len() as u64) <= by_value {
+        if (data.len() as u64) <= self.inner.max_inline.min(64 * 1024) {
             return self.create_and_seal(id, data, metadata);
         }
         self.create_copy_seal(id, data, metadata)
@@ -350,7 +344,9 @@ impl Client {
         if ids.len() <= MAX_IDS_PER_REQUEST {
             return self.get_one_request(ids, timeout);
         }
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        // No deadline: no timeout, or one too long to have one
+        // (Duration::MAX), and both wait forever.
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_IDS_PER_REQUEST) {
             let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
@@ -479,7 +475,8 @@ impl Client {
     /// Deletes objects: at once when unreferenced, else when the last
     /// reference goes.
     /// Any number of ids: they go in requests of at most
-    /// [`MAX_IDS_PER_REQUEST`].
+    /// [`MAX_IDS_PER_REQUEST`], one after another; if one fails, the
+    /// objects of the requests before it are deleted already.
     pub fn delete(&self, ids: &[ObjectId]) -> Result<Vec<DeleteStatus>> {
         let mut out = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(MAX_IDS_PER_REQUEST) {

@@ -37,8 +37,7 @@ pub(crate) struct Session {
     pub(crate) socket: PathBuf,
     /// The store owners this client accepts (for its subscriptions too).
     pub(crate) trust: Trust,
-    /// This client's user may only read: the arena is mapped read-only and
-    /// objects are put by value (CreateAndSeal).
+    /// This client's user may only read: the arena is mapped read-only.
     pub(crate) read_only: bool,
     /// The socket's write side: requests and releases. Held only while
     /// writing, so a release never waits behind a blocking get.

@@ -41,15 +41,28 @@ impl Arena {
     /// writes of it (`F_SEAL_FUTURE_WRITE`), and no seal can be added or
     /// removed (`F_SEAL_SEAL`). For the object table clients read.
     pub fn create_store_writable(size: u64) -> Result<Self, DaemonError> {
+        Self::create_sealed(size, nix::fcntl::SealFlag::F_SEAL_FUTURE_WRITE)
+    }
+
+    /// A memfd of `size` bytes that a client may write but never resize:
+    /// the store maps it too, and a client that truncated it would make the
+    /// store's next read of it fault (SIGBUS). For a client's holds region.
+    pub fn create_fixed_size(size: u64) -> Result<Self, DaemonError> {
+        Self::create_sealed(size, nix::fcntl::SealFlag::empty())
+    }
+
+    /// A memfd mapped here, then sealed against resizing, against further
+    /// seals, and with `extra`.
+    fn create_sealed(size: u64, extra: nix::fcntl::SealFlag) -> Result<Self, DaemonError> {
         use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         let size = size.div_ceil(4096) * 4096;
         let arena = Self::map(memfd(false, true)?, size, false)?;
-        let seals = SealFlag::F_SEAL_SHRINK
-            | SealFlag::F_SEAL_GROW
-            | SealFlag::F_SEAL_FUTURE_WRITE
-            | SealFlag::F_SEAL_SEAL;
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL | extra;
         fcntl(arena.file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).map_err(|e| {
-            DaemonError::arena("sealing the table against writers", std::io::Error::from(e))
+            DaemonError::arena(
+                "sealing shared memory (needs Linux 5.1 or later)",
+                std::io::Error::from(e),
+            )
         })?;
         Ok(arena)
     }

@@ -159,7 +159,9 @@ impl FastTable {
     /// one: the store keeps just the mapping, so a client costs the store
     /// one descriptor (its socket) once the handshake is sent.
     pub fn add_client(&self, client: ClientId) -> Result<OwnedFd, DaemonError> {
-        let region = Arena::create(table::holds_region_len(self.slots) as u64, None, false)?;
+        // Sealed against resizing: a client that truncated it would fault
+        // the store's next read of it.
+        let region = Arena::create_fixed_size(table::holds_region_len(self.slots) as u64)?;
         let (file, map) = region.into_parts();
         self.lock().holds.insert(client, (Arc::new(map), 0));
         Ok(OwnedFd::from(file))

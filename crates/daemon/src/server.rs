@@ -63,7 +63,18 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     }
     let fast = match config.table_slots {
         0 => None,
-        n => Some(Arc::new(FastTable::create(n as usize)?)),
+        // The table only saves round trips: a kernel that cannot seal it
+        // (before Linux 5.1) gets a store without it, and is told.
+        n => match FastTable::create(n as usize) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(e) => {
+                tracing::warn!(
+                    "no object table in shared memory ({e}): every get asks the store over \
+                     the socket"
+                );
+                None
+            }
+        },
     };
     // Bound before anything else starts: a taken port is a start-up error.
     let metrics_listener = match config.metrics_listen {
@@ -119,7 +130,19 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         }
     );
     let clients = Arc::new(tokio::sync::Semaphore::new(config.max_clients as usize));
+    // Other users the store allows (readers) may take at most half of the
+    // slots: they can never lock the store's own user out.
+    let readers = Arc::new(tokio::sync::Semaphore::new(
+        (config.max_clients as usize / 2).max(1),
+    ));
+    let me = nix::unistd::geteuid().as_raw();
+    // Refusals any local user can cause are logged at a bounded rate.
     let accept_failed = crate::rate_log::RateLimited::new();
+    let (not_allowed, no_cred, busy) = (
+        crate::rate_log::RateLimited::new(),
+        crate::rate_log::RateLimited::new(),
+        crate::rate_log::RateLimited::new(),
+    );
     let parent_gone = parent_watch(config.exit_with_parent);
     tokio::pin!(parent_gone);
     loop {
@@ -128,24 +151,45 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
                 Ok((stream, _)) => {
                     match stream.peer_cred() {
                         Ok(c) if config.allows(c.uid(), c.gid()) => {
-                            match clients.clone().try_acquire_owned() {
-                                Ok(permit) => {
+                            let reader = c.uid() != me && c.uid() != 0;
+                            let permits = match clients.clone().try_acquire_owned() {
+                                Ok(p) if !reader => Ok((p, None)),
+                                Ok(p) => readers.clone().try_acquire_owned().map(|r| (p, Some(r))),
+                                Err(e) => Err(e),
+                            };
+                            match permits {
+                                Ok(permits) => {
                                     let (shared, cluster) = (shared.clone(), cluster.clone());
                                     tokio::spawn(async move {
                                         connection::serve(stream, shared, cluster).await;
-                                        drop(permit);
+                                        drop(permits);
                                     });
                                 }
                                 Err(_) => {
+                                    if let Some(suppressed) = busy.admit() {
+                                        tracing::warn!(
+                                            max = config.max_clients, reader, suppressed,
+                                            "connection refused: the store serves its maximum of \
+                                             clients (--max-clients; other users: half of it)"
+                                        );
+                                    }
                                     tokio::spawn(connection::refuse_busy(stream, config.max_clients));
                                 }
                             }
                         }
-                        Ok(c) => tracing::warn!(
-                            uid = c.uid(), gid = c.gid(), pid = c.pid(),
-                            "connection refused: user not allowed (see --allow-uid, --allow-gid)"
-                        ),
-                        Err(e) => tracing::warn!(error = %e, "connection refused: no peer credentials"),
+                        Ok(c) => {
+                            if let Some(suppressed) = not_allowed.admit() {
+                                tracing::warn!(
+                                    uid = c.uid(), gid = c.gid(), pid = c.pid(), suppressed,
+                                    "connection refused: user not allowed (see --allow-uid, --allow-gid)"
+                                );
+                            }
+                        }
+                        Err(e) => {
+                            if let Some(suppressed) = no_cred.admit() {
+                                tracing::warn!(error = %e, suppressed, "connection refused: no peer credentials");
+                            }
+                        }
                     }
                 }
                 Err(e) => {

@@ -194,8 +194,9 @@ impl Shared {
             return Ok(());
         }
         let segment = self.store.begin_spill(&plan)?;
+        let generation = dir.generation();
         let written = dir.write_segment(segment, &self.arena, &plan);
-        self.end_spill(segment, &plan, written)
+        self.end_spill(segment, &plan, written, generation)
     }
 
     /// With a spill directory, when an allocation of this size does not
@@ -226,11 +227,12 @@ impl Shared {
         self.spills_in_flight += 1;
         let (me, arena) = (me.clone(), self.arena.clone());
         rt.spawn_blocking(move || {
+            let generation = dir.generation();
             let written = dir.write_segment(segment, &arena, &plan);
             let mut sh = me.lock();
             sh.spills_in_flight -= 1;
             sh.spills_finished += 1;
-            let _ = sh.end_spill(segment, &plan, written);
+            let _ = sh.end_spill(segment, &plan, written, generation);
             sh.retry_restores(&me);
             // Waiting creates look again even if the write failed.
             sh.space.notify_waiters();
@@ -278,14 +280,29 @@ impl Shared {
         self.deliver(fx);
     }
 
-    /// Completes a spill whose segment was written (or not).
+    /// Completes a spill whose segment was written (or not), begun when the
+    /// spill directory was at `generation`: one removed meanwhile took the
+    /// segment with it, so the spill counts as failed and its objects stay
+    /// in memory.
     fn end_spill(
         &mut self,
         segment: u64,
         plan: &[ferroplasma_store::SpillVictim],
         written: std::io::Result<Vec<u64>>,
+        generation: u64,
     ) -> Result<(), StoreError> {
         let bytes: u64 = plan.iter().map(|v| v.len).sum();
+        self.check_spill_dir();
+        let moved = self
+            .spill
+            .as_ref()
+            .is_some_and(|d| d.generation() != generation);
+        let written = match written {
+            Ok(_) if moved => Err(std::io::Error::other(
+                "the spill directory was removed while the segment was written",
+            )),
+            w => w,
+        };
         match written {
             Ok(offsets) => {
                 let fx = self.store.finish_spill(segment, plan, &offsets);

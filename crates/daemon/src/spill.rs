@@ -29,8 +29,8 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, PermissionsExt};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -38,10 +38,12 @@ use std::time::{Duration, Instant};
 /// How long spills are refused after one failed, before the next try.
 pub const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The directory in use: its path and an open descriptor of it.
+/// The directory in use: its path, its name in the parent, and an open
+/// descriptor of it.
 #[derive(Debug)]
 struct Place {
     path: PathBuf,
+    name: String,
     fd: OwnedFd,
 }
 
@@ -54,13 +56,24 @@ struct Failure {
 
 #[derive(Debug)]
 struct Inner {
+    /// `--spill-dir`, opened once: every later step is relative to it, so
+    /// the path being swapped afterwards changes nothing. Opened (and
+    /// checked) again only if it was itself removed.
+    parent_fd: OwnedFd,
     place: Place,
     failure: Option<Failure>,
+    /// Bumped when the directory is found removed: a spill written while
+    /// it changed went to a file that is gone.
+    generation: u64,
+    /// The removal was reported (by [`SpillDir::vanished`]) and no new
+    /// directory could be made yet.
+    gone_reported: bool,
 }
 
 /// The spill directory of one store.
 #[derive(Debug)]
 pub struct SpillDir {
+    /// `--spill-dir`, for messages.
     parent: PathBuf,
     inner: Mutex<Inner>,
 }
@@ -70,15 +83,25 @@ impl SpillDir {
     /// checking that `parent` is a directory other users cannot tamper
     /// with.
     pub fn create(parent: &Path) -> Result<Self, DaemonError> {
-        check_parent(parent)?;
-        let place = make_private(parent)?;
+        let parent_fd = open_parent(parent)?;
+        let place = make_private(parent, &parent_fd)?;
         Ok(Self {
             parent: parent.to_path_buf(),
             inner: Mutex::new(Inner {
+                parent_fd,
                 place,
                 failure: None,
+                generation: 0,
+                gone_reported: false,
             }),
         })
+    }
+
+    /// Changes when the directory is found removed (see
+    /// [`SpillDir::vanished`]): a spill that started before and ends after
+    /// a change wrote into a removed directory, and must not be recorded.
+    pub fn generation(&self) -> u64 {
+        self.inner().generation
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -98,10 +121,11 @@ impl SpillDir {
         (f.at.elapsed() < RETRY_AFTER).then(|| f.reason.clone())
     }
 
-    /// Whether the directory was removed under the store. If so, a new
-    /// private one takes its place (when it can be made) and `true` is
-    /// returned once: every object spilled before is gone, and the caller
-    /// reports them lost.
+    /// Whether the directory was found removed under the store since the
+    /// last call: `true` once per removal, and every object spilled before
+    /// it is gone (the caller reports them lost). A new private directory
+    /// takes its place when it can be made, tried at most once per
+    /// [`RETRY_AFTER`]; until then spills are refused.
     pub fn vanished(&self) -> bool {
         let mut inner = self.inner();
         let gone = match nix::sys::stat::fstat(inner.place.fd.as_raw_fd()) {
@@ -111,7 +135,31 @@ impl SpillDir {
         if !gone {
             return false;
         }
-        match make_private(&self.parent) {
+        let report = !inner.gone_reported;
+        if report {
+            inner.gone_reported = true;
+            inner.generation += 1;
+        }
+        let may_try = inner
+            .failure
+            .as_ref()
+            .is_none_or(|f| report || f.at.elapsed() >= RETRY_AFTER);
+        if !may_try {
+            return report;
+        }
+        let parent_gone =
+            nix::sys::stat::fstat(inner.parent_fd.as_raw_fd()).map_or(true, |st| st.st_nlink == 0);
+        let renewed = if parent_gone {
+            // Made again by its owner, perhaps: open and check it anew.
+            open_parent(&self.parent).and_then(|fd| {
+                let place = make_private(&self.parent, &fd)?;
+                inner.parent_fd = fd;
+                Ok(place)
+            })
+        } else {
+            make_private(&self.parent, &inner.parent_fd)
+        };
+        match renewed {
             Ok(place) => {
                 tracing::warn!(
                     old = %inner.place.path.display(), new = %place.path.display(),
@@ -119,23 +167,23 @@ impl SpillDir {
                 );
                 inner.place = place;
                 inner.failure = None;
+                inner.gone_reported = false;
             }
             Err(e) => {
                 let reason = format!(
                     "the spill directory {} was removed and a new one cannot be made: {e}",
                     inner.place.path.display()
                 );
-                if inner.failure.is_none() {
+                if report {
                     tracing::error!("{reason}; creates that need room are refused until it can");
                 }
-                // The dead descriptor stays: the next check tries again.
                 inner.failure = Some(Failure {
                     at: Instant::now(),
                     reason,
                 });
             }
         }
-        true
+        report
     }
 
     fn segment_name(segment: u64) -> String {
@@ -270,57 +318,90 @@ impl SpillDir {
 }
 
 impl Drop for SpillDir {
+    /// Removes the segments and the directory, through the descriptors.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.inner().place.path);
+        let inner = self.inner();
+        let dir = inner.place.fd.as_raw_fd();
+        if let Ok(entries) = std::fs::read_dir(format!("/proc/self/fd/{dir}")) {
+            for e in entries.flatten() {
+                let _ = nix::unistd::unlinkat(
+                    Some(dir),
+                    e.file_name().as_os_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                );
+            }
+        }
+        let _ = nix::unistd::unlinkat(
+            Some(inner.parent_fd.as_raw_fd()),
+            inner.place.name.as_str(),
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        );
     }
 }
 
-/// Refuses a `--spill-dir` that other users could tamper with: it must be a
-/// directory owned by this user or root, and not writable by others unless
-/// sticky (as `/tmp` is, where nobody may rename another's entries).
-fn check_parent(parent: &Path) -> Result<(), DaemonError> {
-    let what = || format!("using --spill-dir {}", parent.display());
-    let meta = std::fs::metadata(parent)
-        .map_err(|e| DaemonError::io(format!("{}: create the directory first", what()), e))?;
-    if !meta.is_dir() {
-        return Err(DaemonError::BadConfig(format!(
+/// Opens `--spill-dir` once, and refuses one that other users could tamper
+/// with: it must be a directory owned by this user or root, and not
+/// writable by others unless sticky (as `/tmp` is, where nobody may rename
+/// another's entries). The checks are made on the opened directory itself.
+fn open_parent(parent: &Path) -> Result<OwnedFd, DaemonError> {
+    let raw = nix::fcntl::open(
+        parent,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        nix::errno::Errno::ENOTDIR => DaemonError::BadConfig(format!(
             "--spill-dir {} is not a directory",
             parent.display()
-        )));
-    }
+        )),
+        e => DaemonError::io(
+            format!(
+                "using --spill-dir {}: create the directory first",
+                parent.display()
+            ),
+            e,
+        ),
+    })?;
+    // Safety: `open` returned a new descriptor that nothing else owns.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let st = nix::sys::stat::fstat(fd.as_raw_fd())
+        .map_err(|e| DaemonError::io(format!("using --spill-dir {}", parent.display()), e))?;
     let me = nix::unistd::geteuid().as_raw();
-    let mode = meta.permissions().mode();
-    let sticky = mode & 0o1000 != 0;
-    if meta.uid() != me && meta.uid() != 0 {
+    let mode = st.st_mode & 0o7777;
+    if st.st_uid != me && st.st_uid != 0 {
         return Err(DaemonError::BadConfig(format!(
             "--spill-dir {} belongs to uid {}, not to this user ({me}) or root: \
              another user could remove or replace the store's files; use a directory of your own",
             parent.display(),
-            meta.uid()
+            st.st_uid
         )));
     }
-    if mode & 0o022 != 0 && !sticky {
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
         return Err(DaemonError::BadConfig(format!(
-            "--spill-dir {} is writable by other users (mode {:o}) and not sticky: they could \
+            "--spill-dir {} is writable by other users (mode {mode:o}) and not sticky: they could \
              rename the store's files away; chmod go-w it, or use a directory of your own",
-            parent.display(),
-            mode & 0o7777
+            parent.display()
         )));
     }
-    Ok(())
+    Ok(fd)
 }
 
-/// Makes a new private subdirectory of `parent` (0700, a name nobody can
-/// guess, created only if nothing is there) and opens it without following
-/// links; checks that it is this user's and private.
-fn make_private(parent: &Path) -> Result<Place, DaemonError> {
+/// Makes a new private subdirectory in `parent_fd` (0700, a name nobody
+/// can guess, created only if nothing is there) and opens it without
+/// following links; checks that it is this user's and private.
+fn make_private(parent: &Path, parent_fd: &OwnedFd) -> Result<Place, DaemonError> {
     let pid = std::process::id();
     let mut last = None;
     for _ in 0..16 {
-        let path = parent.join(format!("ferroplasma-spill-{pid}-{:016x}", random_u64()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-            Ok(()) => return open_private(path),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+        let name = format!("ferroplasma-spill-{pid}-{:016x}", random_u64());
+        let path = parent.join(&name);
+        match nix::sys::stat::mkdirat(
+            Some(parent_fd.as_raw_fd()),
+            name.as_str(),
+            Mode::from_bits_truncate(0o700),
+        ) {
+            Ok(()) => return open_private(parent_fd, path, name),
+            Err(nix::errno::Errno::EEXIST) => last = Some(nix::errno::Errno::EEXIST),
             Err(e) => {
                 return Err(DaemonError::io(
                     format!("creating spill directory {}", path.display()),
@@ -331,22 +412,22 @@ fn make_private(parent: &Path) -> Result<Place, DaemonError> {
     }
     Err(DaemonError::io(
         format!("creating a spill directory in {}", parent.display()),
-        last.unwrap_or_else(|| std::io::Error::other("every name was taken")),
+        last.map_or_else(|| std::io::Error::other("every name was taken"), Into::into),
     ))
 }
 
-fn open_private(path: PathBuf) -> Result<Place, DaemonError> {
+fn open_private(parent_fd: &OwnedFd, path: PathBuf, name: String) -> Result<Place, DaemonError> {
     let what = || format!("opening spill directory {}", path.display());
-    let raw = nix::fcntl::open(
-        &path,
+    let raw = openat(
+        Some(parent_fd.as_raw_fd()),
+        name.as_str(),
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| DaemonError::io(what(), e))?;
-    // Safety: `open` returned a new descriptor that nothing else owns.
+    // Safety: `openat` returned a new descriptor that nothing else owns.
     let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
-    let st =
-        nix::sys::stat::fstat(fd.as_fd().as_raw_fd()).map_err(|e| DaemonError::io(what(), e))?;
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| DaemonError::io(what(), e))?;
     let me = nix::unistd::geteuid().as_raw();
     if st.st_uid != me || st.st_mode & 0o077 != 0 {
         return Err(DaemonError::BadConfig(format!(
@@ -356,7 +437,7 @@ fn open_private(path: PathBuf) -> Result<Place, DaemonError> {
             st.st_mode & 0o7777
         )));
     }
-    Ok(Place { path, fd })
+    Ok(Place { path, name, fd })
 }
 
 fn random_u64() -> u64 {

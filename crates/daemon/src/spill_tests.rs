@@ -144,3 +144,43 @@ fn a_removed_directory_fails_once_then_is_made_again() {
     drop(dir);
     let _ = std::fs::remove_dir_all(&parent);
 }
+
+#[test]
+fn a_removed_parent_is_reported_once_and_tried_again_at_most_once_a_second() {
+    let parent = parent("parent-gone");
+    let dir = SpillDir::create(&parent).unwrap();
+    let before = dir.generation();
+    std::fs::remove_dir_all(&parent).unwrap();
+    assert!(dir.vanished(), "the removal is seen");
+    assert_ne!(
+        dir.generation(),
+        before,
+        "a spill under way will not be recorded"
+    );
+    let t = Instant::now();
+    let mut tries = 0;
+    while t.elapsed() < Duration::from_millis(300) {
+        assert!(!dir.vanished(), "reported once");
+        tries += 1;
+    }
+    assert!(tries > 100);
+    assert!(dir.refusal().is_some(), "spills are refused meanwhile");
+    // Its owner makes it again: within a second a new private directory
+    // is made in it (its owner and mode checked again).
+    std::fs::create_dir_all(&parent).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::thread::sleep(RETRY_AFTER);
+    assert!(!dir.vanished());
+    assert!(dir.refusal().is_none());
+    assert!(dir.path().starts_with(&parent) && dir.path().exists());
+    let arena = Arena::create(1 << 20, None, false).unwrap();
+    dir.write_segment(1, &arena, &victims(&arena, 0, b"bytes"))
+        .unwrap();
+    drop(dir);
+    assert_eq!(
+        std::fs::read_dir(&parent).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
+    let _ = std::fs::remove_dir_all(&parent);
+}

@@ -17,7 +17,9 @@ impl Connection {
         let ok = || Some(reply::Body::Ok(pb::Ok {}));
         if self.read_only {
             let what = match &body {
-                B::Create(_) => Some("create objects to write in place (put them by value: CreateAndSeal, up to the inline limit)"),
+                // A reader's objects could push the owner's out (eviction)
+                // or take ids the owner's programs expect: readers only read.
+                B::Create(_) | B::CreateAndSeal(_) => Some("create objects"),
                 B::Delete(_) => Some("delete objects"),
                 B::Evict(_) => Some("evict objects"),
                 _ => None,

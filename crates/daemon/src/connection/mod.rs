@@ -79,6 +79,7 @@ use crate::cluster::{Cluster, Completion};
 use crate::convert;
 use crate::fdpass::send_with_fds;
 use crate::metrics::{Instruments, Op};
+use crate::rate_log::RateLimited;
 use crate::shared::SharedRef;
 use bytes::BytesMut;
 use ferroplasma_protocol::frame::{
@@ -138,11 +139,19 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Ar
         Ok(Ok(v)) => v,
         Ok(Err(Close::Eof)) => return,
         Ok(Err(e)) => {
-            tracing::warn!(peer_pid = peer, reason = ?e, "handshake failed; connection closed");
+            if let Some(suppressed) = HANDSHAKE_FAILED.admit() {
+                tracing::warn!(peer_pid = peer, reason = ?e, suppressed, "handshake failed; connection closed");
+            }
             return;
         }
         Err(_) => {
-            tracing::warn!(peer_pid = peer, "no Connect within 10 s; connection closed");
+            if let Some(suppressed) = NO_CONNECT.admit() {
+                tracing::warn!(
+                    peer_pid = peer,
+                    suppressed,
+                    "no Connect within 10 s; connection closed"
+                );
+            }
             return;
         }
     };
@@ -154,18 +163,22 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Ar
         Close::Eof => tracing::debug!(client, "client disconnected"),
         Close::Io(e) => tracing::debug!(client, error = %e, "client connection error"),
         Close::Violation(reason) => {
-            tracing::warn!(client, peer_pid = peer, %reason, "closing connection: protocol violation")
+            if let Some(suppressed) = VIOLATION.admit() {
+                tracing::warn!(client, peer_pid = peer, %reason, suppressed, "closing connection: protocol violation")
+            }
         }
     }
     shared.lock().disconnect(client);
 }
 
+// Lines any local client can cause by misbehaving, at a bounded rate.
+static HANDSHAKE_FAILED: RateLimited = RateLimited::new();
+static NO_CONNECT: RateLimited = RateLimited::new();
+static VIOLATION: RateLimited = RateLimited::new();
+
 /// Answers a client over `--max-clients` that the store is busy, and hangs up.
+/// (The caller logs it, at a bounded rate.)
 pub async fn refuse_busy(mut stream: UnixStream, max: u32) {
-    tracing::warn!(
-        max,
-        "connection refused: the store serves its maximum of clients (--max-clients)"
-    );
     let msg = format!(
         "the store already serves its maximum of {max} clients: retry when some have \
          disconnected, or start the store with more --max-clients"
