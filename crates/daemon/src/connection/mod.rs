@@ -6,6 +6,7 @@
 //! machine then drops everything the client held.
 //!
 //! Files: this one (the connection loop, framing, handing requests on),
+//! `handshake` (the first request, answered with the descriptors),
 //! `dispatch` (each request), `gets` (gets waiting for objects),
 //! `creates` (creates, and those waiting for space), `continuations`
 //! (cluster operations that finish later).
@@ -13,6 +14,7 @@
 mod continuations;
 mod creates;
 mod dispatch;
+mod handshake;
 /// The objects a request names, for its span: the first few in hex and how
 /// many more.
 fn ids_of(body: &request::Body) -> String {
@@ -74,22 +76,20 @@ mod wakeups;
 use creates::PendingCreate;
 use gets::ParkedGets;
 pub use gets::MAX_WAITING_IDS;
+use handshake::handshake;
+pub use handshake::refuse_busy;
 
 use crate::cluster::{Cluster, Completion};
 use crate::convert;
-use crate::fdpass::send_with_fds;
 use crate::metrics::{Instruments, Op};
 use crate::rate_log::RateLimited;
 use crate::shared::SharedRef;
 use bytes::BytesMut;
-use ferroplasma_protocol::frame::{
-    FrameCodec, MAX_IDS_PER_REQUEST, MAX_INLINE_SIZE, MAX_REQUEST_FRAME,
-};
+use ferroplasma_protocol::frame::{FrameCodec, MAX_IDS_PER_REQUEST};
 use ferroplasma_protocol::pb::{self, reply, request};
-use ferroplasma_protocol::{ObjectId, PROTOCOL_VERSION};
+use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{ClientId, Notice};
 use prost::Message;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -175,137 +175,6 @@ pub async fn serve(mut stream: UnixStream, shared: SharedRef, cluster: Option<Ar
 static HANDSHAKE_FAILED: RateLimited = RateLimited::new();
 static NO_CONNECT: RateLimited = RateLimited::new();
 static VIOLATION: RateLimited = RateLimited::new();
-
-/// Answers a client over `--max-clients` that the store is busy, and hangs up.
-/// (The caller logs it, at a bounded rate.)
-pub async fn refuse_busy(mut stream: UnixStream, max: u32) {
-    let msg = format!(
-        "the store already serves its maximum of {max} clients: retry when some have \
-         disconnected, or start the store with more --max-clients"
-    );
-    let _ = stream
-        .write_all(&error_frame(0, pb::ErrorCode::TooLarge, &msg))
-        .await;
-}
-
-/// Reads the `Connect` (bytes after it stay in `inbuf` for the connection)
-/// and answers it with the arena's descriptor.
-async fn handshake(
-    stream: &mut UnixStream,
-    inbuf: &mut BytesMut,
-    shared: &SharedRef,
-    read_only: bool,
-) -> Result<(ClientId, mpsc::Receiver<Notice>), Close> {
-    let body = loop {
-        match FrameCodec::REQUESTS.decode(inbuf) {
-            Ok(Some(body)) => break body,
-            Ok(None) => {}
-            Err(e) => return Err(Close::Violation(e.to_string())),
-        }
-        if stream.read_buf(inbuf).await? == 0 {
-            return Err(Close::Eof);
-        }
-    };
-    let req = pb::Request::decode(body)
-        .map_err(|e| Close::Violation(format!("undecodable first message: {e}")))?;
-    let Some(request::Body::Connect(c)) = req.body else {
-        let msg = "the first request must be Connect";
-        let _ = stream
-            .write_all(&error_frame(
-                req.request_id,
-                pb::ErrorCode::ProtocolViolation,
-                msg,
-            ))
-            .await;
-        return Err(Close::Violation(msg.into()));
-    };
-    if c.protocol_version != PROTOCOL_VERSION {
-        let msg = format!(
-            "client speaks protocol version {}, this store speaks {PROTOCOL_VERSION}; \
-             use a client and store of the same release",
-            c.protocol_version
-        );
-        let _ = stream
-            .write_all(&error_frame(
-                req.request_id,
-                pb::ErrorCode::VersionMismatch,
-                &msg,
-            ))
-            .await;
-        return Err(Close::Violation(msg));
-    }
-    let (client, rx, arena, capacity, fast) = {
-        let mut sh = shared.lock();
-        let (client, rx) = sh.register();
-        let fast = match sh.fast.clone() {
-            Some(f) => match f.add_client(client) {
-                Ok(holds) => Some((f, holds)),
-                Err(e) => {
-                    // Not fatal: this client asks the store for everything.
-                    tracing::warn!(client, error = %e, "no shared table for this client");
-                    None
-                }
-            },
-            None => None,
-        };
-        (client, rx, sh.arena.clone(), sh.store.capacity(), fast)
-    };
-    let reply = pb::Reply {
-        request_id: req.request_id,
-        body: Some(reply::Body::Connect(pb::ConnectReply {
-            protocol_version: PROTOCOL_VERSION,
-            capacity,
-            arenas: vec![pb::Arena {
-                arena_id: 0,
-                size: arena.size(),
-            }],
-            client_id: client,
-            max_inline_size: MAX_INLINE_SIZE,
-            max_frame_size: MAX_REQUEST_FRAME,
-            table_slots: fast.as_ref().map_or(0, |(f, _)| f.len() as u64),
-            read_only,
-        })),
-    };
-    let frame = ferroplasma_protocol::frame::encode_frame(&reply);
-    // A reader gets a read-only descriptor of the arena, which it cannot
-    // reopen writable (the arena's file is the store user's, mode 0600).
-    let ro_fd = if read_only {
-        match arena.read_only_fd() {
-            Ok(fd) => Some(fd),
-            Err(e) => {
-                tracing::warn!(client, error = %e, "no read-only descriptor of the arena");
-                shared.lock().disconnect(client);
-                return Err(Close::Violation(e.to_string()));
-            }
-        }
-    } else {
-        None
-    };
-    let mut fds = vec![ro_fd
-        .as_ref()
-        .map_or_else(|| arena.fd().as_raw_fd(), |fd| fd.as_raw_fd())];
-    if let Some((f, holds)) = &fast {
-        fds.push(f.table_fd().as_raw_fd());
-        fds.push(holds.as_raw_fd());
-    }
-    if let Err(e) = send_with_fds(stream, &frame, &fds).await {
-        shared.lock().disconnect(client);
-        return Err(e.into());
-    }
-    tracing::debug!(client, name = %c.client_name, "handshake done");
-    Ok((client, rx))
-}
-
-fn error_frame(request_id: u64, code: pb::ErrorCode, message: &str) -> Vec<u8> {
-    ferroplasma_protocol::frame::encode_frame(&pb::Reply {
-        request_id,
-        body: Some(reply::Body::Error(pb::Error {
-            code: code as i32,
-            message: message.to_string(),
-            object_id: Vec::new(),
-        })),
-    })
-}
 
 struct Connection {
     client: ClientId,

@@ -1,6 +1,7 @@
 //! Starts real `ferroplasma store` processes on temporary sockets.
 #![allow(dead_code)]
 
+pub mod attacker;
 pub mod cluster;
 
 use ferroplasma_client::Client;
