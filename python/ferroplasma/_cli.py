@@ -105,7 +105,9 @@ def plasma_store(argv: list[str], prog: str = "plasma_store") -> int:
     """Runs a store with Plasma's command-line flags (``-m``, ``-s``, ``-d``,
     ``-h``, ``-e``); returns the exit code."""
     args = _plasma_store_parser(prog).parse_args(argv)
-    cmd = ["ferroplasma", "store", "--replace-file"]
+    # Plasma's store left its socket file when it stopped, and programs
+    # written for it remove the file themselves.
+    cmd = ["ferroplasma", "store", "--replace-file", "--keep-socket"]
     if args.m is not None:
         cmd += ["--memory", args.m]
     if args.s is not None:

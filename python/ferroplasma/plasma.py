@@ -467,6 +467,7 @@ def start_plasma_store(
             dir=plasma_directory,
             hugepages=use_hugepages,
             spill_dir=spill_dir,
+            keep_socket=True,  # as Plasma's store: callers may remove it themselves
         ) as store:
             yield socket_name, store.process
     finally:

@@ -456,3 +456,28 @@ def test_the_store_executable_beside_the_package(name, tmp_path):
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+@pytest.mark.parametrize("name", ["plasma_store", "plasma-store-server"])
+def test_the_plasma_commands_leave_their_socket_as_plasma_did(name, tmp_path):
+    """A program written for Plasma stops the store with SIGTERM and then
+    removes the socket file itself (84 of one project's 153 tests failed on
+    FileNotFoundError when the store removed it)."""
+    sock = str(tmp_path / "plasma.sock")
+    cmd = [*_plasma_store_cmd(name), "-m", "10000000", "-s", sock]
+    for _ in range(2):  # the second start replaces the stale socket
+        proc = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
+        try:
+            plasma.connect(sock).put_raw_buffer(b"x")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        assert os.path.exists(sock), "the socket file went with the store"
+    os.remove(sock)  # what the program's own helper does
+
+
+def test_start_plasma_store_leaves_its_socket_for_the_caller_to_remove():
+    with plasma.start_plasma_store(10_000_000) as (name, proc):
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        os.remove(name)

@@ -36,6 +36,12 @@ pub struct StoreConfig {
     #[arg(long)]
     pub replace_file: bool,
 
+    /// Leave the socket file behind when the store stops, as Plasma's
+    /// store did (plasma_store sets it, for programs that remove the file
+    /// themselves). A stale socket is replaced at the next start anyway.
+    #[arg(long)]
+    pub keep_socket: bool,
+
     /// Put the arena in a file in DIR (a tmpfs or hugetlbfs mount) instead of
     /// an anonymous memfd. The file is unlinked at once, so nothing is left
     /// behind if the store dies.
@@ -189,6 +195,7 @@ impl StoreConfig {
             socket: None,
             socket_mode: 0o600,
             replace_file: false,
+            keep_socket: false,
             dir: None,
             hugepages: false,
             prefault: false,

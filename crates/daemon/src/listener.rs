@@ -6,15 +6,27 @@ use crate::DaemonError;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// Removes the socket file when dropped, if it is still the one we made.
+/// Removes the socket file when dropped, if it is still the one we made
+/// (unless told to keep it).
 #[derive(Debug)]
 pub struct SocketGuard {
     path: PathBuf,
     ino: u64,
+    keep: bool,
+}
+
+impl SocketGuard {
+    /// Leaves the socket file when the store stops (`--keep-socket`).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
 }
 
 impl Drop for SocketGuard {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         if std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
             let _ = std::fs::remove_file(&self.path);
         }
@@ -41,10 +53,12 @@ pub fn bind(
     }
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() && !parent.exists() {
-            return Err(DaemonError::io(
-                format!("socket directory {}", parent.display()),
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
+            return Err(DaemonError::BadConfig(format!(
+                "the socket's directory {} does not exist: create it first \
+                 (mkdir -p {}), or pass another --socket",
+                parent.display(),
+                parent.display()
+            )));
         }
     }
     // Create the file with no permissions for others from the start (umask),
@@ -67,6 +81,7 @@ pub fn bind(
         SocketGuard {
             path: path.to_path_buf(),
             ino,
+            keep: false,
         },
     ))
 }

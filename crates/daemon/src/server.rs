@@ -33,7 +33,11 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     let honest = config.check_backing(memory)?;
     let path = config.socket_path();
     let arena = Arena::create(memory, config.dir.as_deref(), config.hugepages)?;
-    let (std_listener, _guard) = listener::bind(&path, config.socket_mode, config.replace_file)?;
+    let (std_listener, mut socket_guard) =
+        listener::bind(&path, config.socket_mode, config.replace_file)?;
+    if config.keep_socket {
+        socket_guard.keep();
+    }
     if config.prefault {
         let t = std::time::Instant::now();
         arena.reserve()?;

@@ -325,3 +325,15 @@ fn root_only_allowed_users_may_connect() {
     .unwrap();
     assert_eq!(connect_as_nobody(allowed.path()), "allowed");
 }
+
+#[test]
+fn a_socket_in_a_missing_directory_says_to_create_it() {
+    let dir = temp_dir("no-socket-dir");
+    let missing = dir.join("not-there").join("store.sock");
+    let out = common::run_store_once(&missing, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("does not exist: create it first"), "{err}");
+    assert!(!err.contains("entity not found"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
