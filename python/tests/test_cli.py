@@ -265,3 +265,20 @@ def test_stats_watch_of_a_cluster_shows_its_members(tmp_path):
             finally:
                 watch.kill()
                 watch.wait()
+
+
+@pytest.mark.parametrize("command", [["list"], ["stats"], ["stats", "--watch", "0.05"]])
+def test_a_command_piped_into_a_closed_reader_exits_quietly(command, client):
+    """`ferroplasma list | head -5` printed a panic and a traceback."""
+    for _ in range(3000):
+        client.put(b"x")
+    p = subprocess.Popen(
+        [*FP, *command, "-s", client.socket],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.readline()
+    p.stdout.close()  # what `head -1` does once it has its line
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert b"panicked" not in err and b"Traceback" not in err, err

@@ -7,6 +7,15 @@ use clap::{Parser, Subcommand};
 use ferroplasma_client::Client;
 use std::path::PathBuf;
 
+/// `println!` that returns the error instead of panicking on it: a reader
+/// that closed the pipe (`ferroplasma list | head`) ends the command
+/// quietly, as it does other Unix tools.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($t)*)
+    }};
+}
 /// ferroplasma: a shared-memory object store for immutable data.
 ///
 /// Processes on one host put objects (byte buffers with metadata) into the
@@ -114,38 +123,40 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 );
             }
             let s = c.stats()?;
-            println!("socket              {}", c.socket().display());
-            println!("capacity            {}", human(s.capacity));
-            println!(
+            say!("socket              {}", c.socket().display())?;
+            say!("capacity            {}", human(s.capacity))?;
+            say!(
                 "used                {} ({:.1}%)",
                 human(s.used),
                 100.0 * s.used as f64 / s.capacity.max(1) as f64
-            );
-            println!(
+            )?;
+            say!(
                 "objects             {} ({} sealed, {} referenced)",
-                s.objects, s.sealed_objects, s.referenced_objects
-            );
-            println!("clients             {}", s.clients);
-            println!(
+                s.objects,
+                s.sealed_objects,
+                s.referenced_objects
+            )?;
+            say!("clients             {}", s.clients)?;
+            say!(
                 "evictions           {} ({})",
                 s.evictions,
                 human(s.evicted_bytes)
-            );
-            println!(
+            )?;
+            say!(
                 "largest free block  {} in {} free blocks (fragmentation {:.3})",
                 human(s.largest_free_block),
                 s.free_blocks,
                 s.fragmentation
-            );
+            )?;
             if s.spills > 0 || s.spilled_objects > 0 {
-                println!(
+                say!(
                     "spilled             {} objects ({}); {} in segment files; {} spills, {} restores",
                     s.spilled_objects,
                     human(s.spilled_bytes),
                     human(s.spill_dir_bytes),
                     s.spills,
                     s.restores
-                );
+                )?;
             }
             Ok(())
         }
@@ -153,7 +164,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let c = Client::connect(a.target.socket.as_deref())?;
             let mut objs = c.list_in(a.cluster)?;
             objs.sort_by_key(|o| o.create_time_us);
-            println!(
+            say!(
                 "{:<40}  {:>12}  {:>10}  {:>5}  {}state",
                 "object id",
                 "data",
@@ -164,14 +175,14 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 } else {
                     ""
                 }
-            );
+            )?;
             for o in objs {
                 let member = if a.cluster {
                     format!("{:<22} ", o.node)
                 } else {
                     String::new()
                 };
-                println!(
+                say!(
                     "{:<40}  {:>12}  {:>10}  {:>5}  {member}{}{}{}",
                     o.id,
                     o.data_size,
@@ -188,7 +199,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     } else {
                         ""
                     }
-                );
+                )?;
             }
             Ok(())
         }
@@ -196,13 +207,18 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             let c = Client::connect(t.socket.as_deref())?;
             let s = c.cluster_status()?;
             if !s.enabled {
-                println!("this store is not in a cluster (start it with --cluster-listen)");
+                say!("this store is not in a cluster (start it with --cluster-listen)")?;
                 return Ok(());
             }
-            println!(
+            say!(
                 "{:<22}  {:<22}  {:<8}  {:>10}  {:>10}  {:>8}  last heard",
-                "member", "data address", "health", "capacity", "used", "objects"
-            );
+                "member",
+                "data address",
+                "health",
+                "capacity",
+                "used",
+                "objects"
+            )?;
             for m in &s.members {
                 let health = match ferroplasma_client::MemberHealth::try_from(m.health) {
                     Ok(ferroplasma_client::MemberHealth::ThisMember) => "this",
@@ -217,7 +233,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     "REFUSED" => "another --cluster-token".into(),
                     _ => format!("{:.1} s ago", m.last_seen_ms as f64 / 1000.0),
                 };
-                println!(
+                say!(
                     "{:<22}  {:<22}  {:<8}  {:>10}  {:>10}  {:>8}  {heard}",
                     m.addr,
                     m.data_addr,
@@ -225,9 +241,9 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     human(m.capacity),
                     human(m.used),
                     m.objects
-                );
+                )?;
             }
-            println!(
+            say!(
                 "pulled {} objects ({}) in {} requests, served {} ({}); {} lookups, {} claims sent; {} directory entries kept; {} updates sent, {} pending",
                 s.fetches,
                 human(s.fetched_bytes),
@@ -239,7 +255,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 s.directory_entries,
                 s.updates,
                 s.updates_pending
-            );
+            )?;
             Ok(())
         }
     }
@@ -270,6 +286,7 @@ where
         .try_init();
     match run(cli) {
         Ok(()) => 0,
+        Err(e) if is_broken_pipe(e.as_ref()) => 0,
         Err(e) => {
             eprintln!("ferroplasma: error: {e}");
             // A flag's value or flags that do not go together: as for
@@ -281,6 +298,12 @@ where
             }
         }
     }
+}
+
+/// Whether `e` is a write to a pipe whose reader went away.
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// A start refused for its flags' values (exit status 2, as clap's own).
