@@ -22,6 +22,9 @@ pub enum ProtocolError {
         /// The length received.
         got: usize,
     },
+    /// Text that is not an object id in hex.
+    #[error("{0:?} is not an object id: give its 40 hex digits")]
+    BadHexId(String),
     /// The peer closed the connection.
     #[error("connection closed by peer")]
     Closed,

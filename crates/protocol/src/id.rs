@@ -52,10 +52,8 @@ impl ObjectId {
 
     /// Parses 40 hex characters.
     pub fn from_hex(s: &str) -> Result<Self, ProtocolError> {
-        let bad = || ProtocolError::BadObjectId {
-            expected: Self::LEN,
-            got: s.len() / 2,
-        };
+        let shown: String = s.chars().take(48).collect();
+        let bad = || ProtocolError::BadHexId(shown.clone());
         if s.len() != 2 * Self::LEN || !s.is_ascii() {
             return Err(bad());
         }
@@ -129,7 +127,8 @@ mod tests {
         assert_eq!(ObjectId::from_hex(&id.to_hex()).unwrap(), id);
         assert!(ObjectId::from_slice(&[0u8; 19]).is_err());
         assert!(ObjectId::from_slice(&[0u8; 21]).is_err());
-        assert!(ObjectId::from_hex("zz").is_err());
+        let e = ObjectId::from_hex("zz").unwrap_err().to_string();
+        assert_eq!(e, "\"zz\" is not an object id: give its 40 hex digits");
         assert_ne!(ObjectId::random(), ObjectId::random());
         let ids = [ObjectId::random(), ObjectId::random()];
         assert_eq!(unpack_ids(&pack_ids(&ids)).unwrap(), ids);
