@@ -18,11 +18,12 @@ help: ## List the targets
 $(VENV)/.deps: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff mypy pytest numpy pandas pyarrow matplotlib duckdb tqdm "dask[distributed,dataframe]"
+	$(VENV)/bin/pip install -q "maturin>=1.5,<2" ruff mypy pytest pytest-timeout numpy pandas pyarrow matplotlib duckdb tqdm "dask[distributed,dataframe]"
 	touch $@
 
 build: $(VENV)/.deps c-lib ## Build (release) the Python package into .venv, with the `ferroplasma` command, and the C library
-	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release -q
+	@echo "build: compiling the Python package in release mode (about 7 minutes the first time on 2 cores; seconds after)"
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release
 	@echo "built: $(VENV)/bin/ferroplasma and 'import ferroplasma' in $(VENV); the C library in target/c"
 
 # The C library (docs/languages.md): libferroplasma.so and .a, ferroplasma.h
@@ -63,7 +64,8 @@ test-rust: ## Rust unit, property and integration tests (root-only ones when roo
 	$(CARGO) test --workspace
 	RUSTFLAGS="--cfg ferroplasma_loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p ferroplasma-protocol --test table_model
 	@if [ "$$(id -u)" = 0 ]; then \
-	  $(CARGO) test -p ferroplasma-daemon -- --ignored root_; \
+	  echo "test-rust: as root, the root_ tests run too: they create network namespaces (removed after) and run clients as uid 65534"; \
+	  $(CARGO) test --workspace -- --ignored root_; \
 	else echo "test-rust: root-only tests skipped (not root)"; fi
 
 test-python: build wheel test-sysdeps ## Python tests (pytest) against real stores
@@ -74,6 +76,7 @@ test-python: build wheel test-sysdeps ## Python tests (pytest) against real stor
 test-sysdeps:
 	@command -v prometheus >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "test-sysdeps: as root, installing Debian's prometheus package (test_metrics.py scrapes a store with it)"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	  else echo "test-sysdeps: prometheus not installed (not root): its test is skipped"; fi; }
 

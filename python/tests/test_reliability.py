@@ -103,13 +103,18 @@ def test_a_dying_store_raises_store_unavailable():
 def test_ctrl_c_interrupts_a_get_that_waits_forever_and_the_client_stays_usable(client):
     """SIGINT in a get with no timeout raises KeyboardInterrupt at once (it
     used to break the connection: "Interrupted system call"), and the same
-    client goes on working."""
+    client goes on working. The test sets SIGINT's handler itself: started
+    under nohup or by a CI that ignores SIGINT, it would wait forever."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     main = threading.main_thread().ident
     timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        client.get(fp.ObjectID.from_random())  # never created: waits forever
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client.get(fp.ObjectID.from_random())  # never created: waits forever
+    finally:
+        signal.signal(signal.SIGINT, old)
     timer.join()
     assert time.monotonic() - t0 < 5
     oid = client.put(b"after the interrupt")
@@ -132,3 +137,16 @@ def test_a_signal_whose_handler_raises_nothing_does_not_disturb_a_get(client):
         assert client.get(oid, timeout=5) == b"still connected"
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+def test_the_signal_tests_pass_when_started_with_sigint_ignored():
+    """Started in the background, under nohup, or by a CI that ignores
+    SIGINT, the Ctrl-C test hung forever."""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "ctrl_c"],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout[-2000:]
