@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -61,7 +62,11 @@ def gen_records(
 ) -> list[str]:
     """Writes ``size`` bytes of records (rounded down to whole records)
     into ``files`` files ``records-00000.txt`` … in ``out``; the same seed
-    gives the same bytes. Returns the paths. Needs no store."""
+    gives the same bytes. Returns the paths. Needs no store.
+
+    The files are written under temporary names and renamed once all are
+    complete: an interrupted run (Ctrl-C, an error) leaves no partial file,
+    and files of an earlier run stay as they were."""
     total = parse_size(size) // RECORD_SIZE
     if files < 1:
         raise JobError(f"files must be at least 1, not {files}")
@@ -69,17 +74,19 @@ def gen_records(
         raise JobError(f"size {size!r} is less than one {RECORD_SIZE}-byte record")
     os.makedirs(out, exist_ok=True)
     per_chunk = _GEN_CHUNK // RECORD_SIZE
-    paths, tasks = [], []
-    for i in range(files):
-        count = total // files + (1 if i < total % files else 0)
-        path = os.path.join(out, f"records-{i:05d}.txt")
-        with open(path, "wb") as f:
-            f.truncate(count * RECORD_SIZE)
-        paths.append(path)
-        for first in range(0, count, per_chunk):
-            tasks.append((path, first, min(per_chunk, count - first), seed, i))
+    paths, partial, tasks = [], [], []
     bar = progress_bar(progress, "gen", total * RECORD_SIZE)
+    done = False
     try:
+        for i in range(files):
+            count = total // files + (1 if i < total % files else 0)
+            paths.append(os.path.join(out, f"records-{i:05d}.txt"))
+            part = os.path.join(out, f".records-{i:05d}.txt.partial-{os.getpid()}")
+            partial.append(part)
+            with open(part, "wb") as f:
+                f.truncate(count * RECORD_SIZE)
+            for first in range(0, count, per_chunk):
+                tasks.append((part, first, min(per_chunk, count - first), seed, i))
         if workers == 1 or len(tasks) == 1:
             for t in tasks:
                 bar.update(_gen_task(*t))
@@ -87,6 +94,13 @@ def gen_records(
             with Pool(workers=workers, connect=False) as pool:
                 for _, written in pool.run_all(_gen_task, tasks):
                     bar.update(written)
+        for part, path in zip(partial, paths):
+            os.replace(part, path)
+        done = True
     finally:
         bar.close()
+        if not done:
+            for part in partial:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(part)
     return paths
