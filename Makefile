@@ -12,7 +12,9 @@ PREFIX ?= /usr/local
 .PHONY: help test-sysdeps build c-lib install-c header test-go wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress chaos clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
+	  '{ name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1) } \
+	   END { for (i = 1; i <= NR; i++) printf "  make %-*s  %s\n", w, name[i], text[i] }'
 
 # Python tools and test dependencies, from PyPI, into .venv (once).
 $(VENV)/.deps: pyproject.toml Makefile

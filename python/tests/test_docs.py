@@ -144,3 +144,16 @@ def test_doc_block_runs_as_written(code, store, request, tmp_path):
 def test_every_doc_with_python_is_collected():
     ids = {p.id.split(":")[0] for p in _blocks()}
     assert "README.md" in ids and "docs/python.md" in ids and "docs/scan.md" in ids
+
+
+def test_make_help_lines_up():
+    """`make help`'s descriptions start in one column, however long a
+    target's name."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        ["make", "-s", "help"], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("  make ")]
+    assert len(lines) > 10, out
+    columns = {len(ln) - len(ln[len("  make ") :].split(None, 1)[1]) for ln in lines}
+    assert len(columns) == 1, lines
