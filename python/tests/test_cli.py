@@ -295,3 +295,18 @@ def test_a_command_piped_into_a_closed_reader_exits_quietly(command, client):
     _, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert b"panicked" not in err and b"Traceback" not in err, err
+
+
+def test_help_and_errors_point_a_wheel_user_at_what_they_have(tmp_path):
+    """The package is on no index and a wheel user has no Makefile: help and
+    errors say neither `pip install ferroplasma` nor `make run`."""
+    top = subprocess.run([*FP, "--help"], capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        [*FP, "stats", "-s", str(tmp_path / "none.sock")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode != 0 and "ferroplasma store" in missing.stderr
+    for text in (top.stdout, missing.stderr):
+        assert "pip install ferroplasma" not in text and "make run" not in text, text

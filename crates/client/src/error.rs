@@ -8,8 +8,8 @@ use std::path::PathBuf;
 pub enum ClientError {
     /// Nothing answers on the socket.
     #[error(
-        "no ferroplasma store at {path}: {cause}. Start one with `ferroplasma store` \
-         (or `make run`), or point FERROPLASMA_SOCKET at a running store"
+        "no ferroplasma store at {path}: {cause}. Start one with `ferroplasma store`, \
+         or point FERROPLASMA_SOCKET at a running store"
     )]
     StoreUnavailable {
         /// The socket tried.

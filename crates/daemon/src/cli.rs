@@ -27,7 +27,7 @@ macro_rules! say {
     name = "ferroplasma",
     version,
     propagate_version = true,
-    after_help = "Commands of the Python package's `ferroplasma` (pip install ferroplasma):\n  \
+    after_help = "Commands of the Python package's `ferroplasma` (the wheel, or `make build`):\n  \
                   scan-server  Serve SQL over Parquet/CSV datasets to `fp.scan` clients (docs/scan.md)\n  \
                   records      Generate, sort (map/reduce on the store) and validate text records (docs/jobs.md)\n  \
                   dataframe    Sort a table with the parallel sample sort on the store (docs/jobs.md)"
