@@ -61,7 +61,10 @@ def test_ctrl_c_stops_the_store_cleanly(command, tmp_path):
     code, out = _under_pty(argv, b"ready", tmp_path)
     assert code == 0, out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
-    assert "SIGINT" in out and not sock.exists()
+    assert "SIGINT" in out
+    # ferroplasma store removes its socket; plasma_store leaves it, as
+    # Plasma's store did (programs written for it remove it themselves).
+    assert sock.exists() == (command == ["plasma_store"])
 
 
 def test_help_names_the_python_commands():
