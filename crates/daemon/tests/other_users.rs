@@ -288,3 +288,38 @@ fn root_other_users_cannot_take_the_owners_connection_slots() {
     drop(child.stdin.take());
     child.wait().unwrap();
 }
+
+/// Child process: another user tries to use the store.
+#[test]
+#[ignore = "helper: runs only as a child process of a root_ test"]
+fn child_connects() {
+    let Ok(socket) = std::env::var("FP_TRUST_SOCKET") else {
+        return;
+    };
+    become_nobody();
+    match Client::connect(Some(socket.as_ref())).and_then(|c| c.stats()) {
+        Ok(_) => println!("RESULT allowed"),
+        Err(e) => println!("RESULT refused: {e}"),
+    }
+}
+
+#[test]
+#[ignore = "needs root (a client of another user): make test runs it when root"]
+fn root_only_allowed_users_may_connect() {
+    assert!(nix::unistd::geteuid().is_root(), "needs root");
+    // A socket anyone may open: the allow-list alone keeps others out.
+    for (flags, expect) in [
+        (&["--socket-mode", "666"][..], "refused"),
+        (
+            &["--socket-mode", "666", "--allow-uid", "0,65534"][..],
+            "allowed",
+        ),
+    ] {
+        let store = LoggedStore::start("8MiB", flags);
+        open_to_all(&store.dir);
+        let env = [("FP_TRUST_SOCKET", store.socket.display().to_string())];
+        let got = as_nobody("child_connects", &env);
+        assert!(got.starts_with(expect), "{flags:?}: {got}");
+        store.client().stats().unwrap(); // the store's own user still may
+    }
+}

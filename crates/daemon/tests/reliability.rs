@@ -1,12 +1,11 @@
-//! Spilling, waiting for space, who may connect, and a store that dies
-//! under its clients. Each test runs real store processes.
+//! Spilling, waiting for space, and a store that dies under its clients. Each test runs real store processes.
 
 mod common;
 
 use common::{content, temp_dir, TestStore};
 use ferroplasma_client::{Client, ClientError, ObjectId};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn spill_files(dir: &Path) -> usize {
@@ -261,69 +260,6 @@ fn clients_of_a_killed_store_get_an_error_promptly() {
     assert!(matches!(err, ClientError::Disconnected(_)), "{err}");
     let err = Client::connect(Some(store.path())).unwrap_err();
     assert!(matches!(err, ClientError::StoreUnavailable { .. }), "{err}");
-}
-
-// ------------------------------------------------------------ who may connect
-
-/// Child process: drop to uid/gid 65534 (nobody), then try to use the store.
-#[test]
-#[ignore = "helper: runs only as a child process of the allow-list test"]
-fn child_as_nobody() {
-    let Ok(socket) = std::env::var("FP_NOBODY_SOCKET") else {
-        return;
-    };
-    nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).unwrap();
-    nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).unwrap();
-    match Client::connect(Some(socket.as_ref())).and_then(|c| c.stats()) {
-        Ok(_) => println!("RESULT allowed"),
-        Err(e) => println!("RESULT refused: {e}"),
-    }
-}
-
-fn connect_as_nobody(socket: &Path) -> String {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_as_nobody",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("FP_NOBODY_SOCKET", socket)
-        .stdout(Stdio::piped())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    text.lines()
-        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r.to_string()))
-        .unwrap_or_else(|| panic!("child said nothing: {text}"))
-}
-
-#[test]
-#[ignore = "needs root (a client of another user): make test runs it when root"]
-fn root_only_allowed_users_may_connect() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "needs root to run a client as another user"
-    );
-    // A socket anyone may open: the allow-list alone keeps others out.
-    let open = TestStore::start_with("8MiB", &["--socket-mode", "666"]);
-    std::fs::set_permissions(
-        &open.dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let got = connect_as_nobody(open.path());
-    assert!(got.starts_with("refused"), "{got}");
-    open.client().stats().unwrap(); // root still may
-    let allowed =
-        TestStore::start_with("8MiB", &["--socket-mode", "666", "--allow-uid", "0,65534"]);
-    std::fs::set_permissions(
-        &allowed.dir,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    assert_eq!(connect_as_nobody(allowed.path()), "allowed");
 }
 
 #[test]
