@@ -6,7 +6,7 @@
 mod common;
 
 use common::{content, TestStore};
-use ferroplasma_client::{Client, DeleteStatus, ObjectId};
+use ferroplasma_client::{Client, ClientError, DeleteStatus, ObjectId};
 use std::time::Duration;
 
 /// A store publishing its object table (the default).
@@ -378,4 +378,29 @@ fn a_client_costs_the_store_one_descriptor() {
         after - before
     );
     drop(clients);
+}
+
+#[test]
+fn objects_held_through_the_table_are_not_called_evictable() {
+    // The case: two 100 MiB objects a reader holds (through the
+    // table, with no reference the store was told of) made StoreFull say
+    // "209715968 evictable" and stats report them evictable.
+    let store = TestStore::start("256MiB");
+    let (owner, reader) = (store.client(), store.client());
+    let ids = [ObjectId::random(), ObjectId::random()];
+    let big = vec![7u8; 100 << 20];
+    for id in &ids {
+        owner.put(*id, &big, b"").unwrap();
+    }
+    assert!(owner.stats().unwrap().evictable_bytes >= 200 << 20);
+    let held = reader.get(&ids, Some(Duration::ZERO)).unwrap();
+    assert!(held.iter().all(|b| b.is_some()));
+    let s = owner.stats().unwrap();
+    assert_eq!((s.evictable_bytes, s.referenced_objects), (0, 2), "{s:?}");
+    let err = owner
+        .create(ObjectId::random(), 100 << 20, b"")
+        .unwrap_err();
+    assert!(matches!(err, ClientError::StoreFull(_)), "{err}");
+    assert!(err.to_string().contains(" 0 evictable"), "{err}");
+    drop(held);
 }

@@ -925,6 +925,16 @@ impl Store {
         self.room_made
     }
 
+    /// Bytes of `ids` counted as evictable (objects held through the
+    /// readers' table only, when `ids` are the objects held there: they
+    /// cannot be evicted while held, so `stats` takes them off): O(ids).
+    pub fn evictable_bytes_among(&self, ids: &[ObjectId]) -> u64 {
+        ids.iter()
+            .filter_map(|id| self.objects.get(id).filter(|e| e.evictable))
+            .map(|e| e.alloc_size)
+            .sum()
+    }
+
     /// How many of `ids` are objects here that nobody holds a reference
     /// to (objects held through the readers' table only, when `ids` are
     /// the objects held there): O(ids).
@@ -968,15 +978,21 @@ impl Store {
         }
     }
 
-    fn make_room(&mut self, need: u64, fx: &mut Effects) -> Result<u64, StoreError> {
-        let full = StoreError::StoreFull {
+    /// The refusal of an allocation of `need` bytes, with the figures as
+    /// they are now: after a pass over the eviction order, objects found
+    /// held through the readers' table are references, not evictable.
+    fn full(&self, need: u64) -> StoreError {
+        StoreError::StoreFull {
             requested: need,
             free: self.alloc.free(),
             evictable: self.policy.bytes(),
             capacity: self.capacity,
-        };
+        }
+    }
+
+    fn make_room(&mut self, need: u64, fx: &mut Effects) -> Result<u64, StoreError> {
         if need > self.alloc.capacity() || self.alloc.free() + self.policy.bytes() < need {
-            return Err(full);
+            return Err(self.full(need));
         }
         if self.alloc.largest_free() < need {
             self.refresh_recency();
@@ -988,7 +1004,7 @@ impl Store {
             if self.spill.is_some() {
                 // With a spill directory, room is made by spilling (the
                 // daemon does it first), never by dropping objects.
-                return Err(full);
+                return Err(self.full(need));
             }
             match self.next_victim() {
                 Some(id) => {
@@ -996,7 +1012,7 @@ impl Store {
                         self.evict_one(id, fx);
                     }
                 }
-                None => return Err(full),
+                None => return Err(self.full(need)),
             }
         }
     }

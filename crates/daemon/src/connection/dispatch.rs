@@ -202,6 +202,10 @@ impl Connection {
                     if let Some(t) = &sh.fast {
                         let ids = t.objects_in(&held);
                         stats.referenced_objects += sh.store.unreferenced_among(&ids);
+                        // Held, so not evictable while they are.
+                        stats.evictable_bytes = stats
+                            .evictable_bytes
+                            .saturating_sub(sh.store.evictable_bytes_among(&ids));
                     }
                     Ok(reply::Body::Stats(stats))
                 });
