@@ -332,8 +332,7 @@ impl Client {
         })
     }
 
-    /// [`Client::get`], asking the store for every object.
-    /// Gets from the store, in requests of at most
+    /// [`Client::get`], asking the store for every object, in requests of at most
     /// [`MAX_IDS_PER_REQUEST`] ids (the store's limit), one after another
     /// within one deadline: any batch size works.
     fn get_from_store(
@@ -473,8 +472,7 @@ impl Client {
     }
 
     /// Deletes objects: at once when unreferenced, else when the last
-    /// reference goes.
-    /// Any number of ids: they go in requests of at most
+    /// reference goes. Any number of ids: they go in requests of at most
     /// [`MAX_IDS_PER_REQUEST`], one after another; if one fails, the
     /// objects of the requests before it are deleted already.
     pub fn delete(&self, ids: &[ObjectId]) -> Result<Vec<DeleteStatus>> {

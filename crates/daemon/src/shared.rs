@@ -226,8 +226,10 @@ impl Shared {
         let segment = self.store.begin_spill(&plan)?;
         self.spills_in_flight += 1;
         let (me, arena) = (me.clone(), self.arena.clone());
+        // Taken here, under the lock: a removal noticed from now on makes
+        // the spill count as failed.
+        let generation = dir.generation();
         rt.spawn_blocking(move || {
-            let generation = dir.generation();
             let written = dir.write_segment(segment, &arena, &plan);
             let mut sh = me.lock();
             sh.spills_in_flight -= 1;
