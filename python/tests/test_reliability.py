@@ -150,3 +150,34 @@ def test_the_signal_tests_pass_when_started_with_sigint_ignored():
         timeout=120,
     )
     assert out.returncode == 0, out.stdout[-2000:]
+
+
+EXIT_WITH_THREADS_IN_GETS = """
+import sys, threading
+import ferroplasma as fp
+ids = [fp.ObjectID.from_random() for _ in range(1000)]
+def loop():
+    c = fp.connect(sys.argv[1])
+    while True:  # short gets: threads keep coming back into Python
+        c.get_buffers(ids, timeout=0.01)
+for _ in range(16):
+    threading.Thread(target=loop, daemon=True).start()
+threading.Event().wait(0.3)
+print("main thread returns", flush=True)
+"""
+
+
+def test_a_program_exits_normally_while_daemon_threads_wait_in_gets(store):
+    """Python < 3.14 ends a daemon thread that comes back from native code
+    during shutdown with a forced unwind; through the bindings that aborted
+    the process ("FATAL: exception not rethrown", status 134) in nearly every
+    run. Repeated, each run must exit with status 0."""
+    for run in range(6):
+        out = subprocess.run(
+            [sys.executable, "-c", EXIT_WITH_THREADS_IN_GETS, store.socket],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (out.returncode, out.stderr[-500:]) == (0, ""), f"run {run}"
+        assert "main thread returns" in out.stdout

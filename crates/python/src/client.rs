@@ -2,6 +2,7 @@
 //! `bytes`; the Python facade (`ferroplasma.Client`) wraps them in `ObjectID`.
 
 use crate::buffers::{Buffer, Created, WritableBuffer};
+use crate::detach::detach;
 use crate::errors::{IntoPy, InvalidRequest};
 use crate::subscription::NativeSubscription;
 use ferroplasma_client::{Client, DeleteStatus, ObjectId};
@@ -52,9 +53,10 @@ impl NativeClient {
     #[new]
     #[pyo3(signature = (socket=None, trust_uids=Vec::new()))]
     fn new(py: Python<'_>, socket: Option<PathBuf>, trust_uids: Vec<u32>) -> PyResult<Self> {
-        let c = py
-            .detach(|| Client::connect_trusting(socket.as_deref(), &trust_uids))
-            .py_err()?;
+        let c = detach(py, || {
+            Client::connect_trusting(socket.as_deref(), &trust_uids)
+        })
+        .py_err()?;
         Ok(Self { inner: c })
     }
 
@@ -91,9 +93,7 @@ impl NativeClient {
         let id = oid(object_id)?;
         let meta = metadata.to_vec();
         let wait = (wait_ms >= 0).then(|| std::time::Duration::from_millis(wait_ms as u64));
-        let b = py
-            .detach(|| self.inner.create_waiting(id, size, &meta, wait))
-            .py_err()?;
+        let b = detach(py, || self.inner.create_waiting(id, size, &meta, wait)).py_err()?;
         Ok(WritableBuffer::new(b, self.inner.clone()))
     }
 
@@ -103,7 +103,7 @@ impl NativeClient {
     fn seal(&self, py: Python<'_>, buffer: &Bound<'_, WritableBuffer>) -> PyResult<()> {
         let wb = buffer.get();
         let b = wb.take()?;
-        let sealed = py.detach(|| self.inner.seal(b)).py_err()?;
+        let sealed = detach(py, || self.inner.seal(b)).py_err()?;
         wb.set(Created::Sealed(sealed));
         Ok(())
     }
@@ -112,7 +112,7 @@ impl NativeClient {
     fn abort(&self, py: Python<'_>, buffer: &Bound<'_, WritableBuffer>) -> PyResult<()> {
         let wb = buffer.get();
         let b = wb.take()?;
-        py.detach(|| self.inner.abort(b)).py_err()?;
+        detach(py, || self.inner.abort(b)).py_err()?;
         wb.set(Created::Aborted);
         Ok(())
     }
@@ -130,14 +130,12 @@ impl NativeClient {
         let buf: PyBuffer<u8> = PyBuffer::get(data)?;
         if !buf.is_c_contiguous() {
             let d = buf.to_vec(py)?;
-            return py
-                .detach(|| self.inner.create_and_seal(id, &d, &m))
-                .py_err();
+            return detach(py, || self.inner.create_and_seal(id, &d, &m)).py_err();
         }
         // Read in place, not copied into a Vec first (for 100 MB that copy
         // and its page faults cost more than the copy into the store).
         let (at, len) = (buf.buf_ptr() as usize, buf.len_bytes());
-        py.detach(|| {
+        detach(py, || {
             // Safety: `buf` keeps the exported, contiguous `len` bytes at
             // `at` alive until it drops after this call returns. As with any
             // copy made with the GIL released (numpy's too), a thread that
@@ -158,7 +156,7 @@ impl NativeClient {
     ) -> PyResult<Vec<Option<Buffer>>> {
         let ids = oids(object_ids)?;
         let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
-        let got = py.detach(|| self.inner.get(&ids, timeout)).py_err()?;
+        let got = detach(py, || self.inner.get(&ids, timeout)).py_err()?;
         Ok(got
             .into_iter()
             .map(|b| b.map(|inner| Buffer { inner }))
@@ -181,7 +179,7 @@ impl NativeClient {
         cluster: bool,
     ) -> PyResult<Vec<bool>> {
         let ids = oids(object_ids)?;
-        py.detach(|| self.inner.contains_in(&ids, cluster)).py_err()
+        detach(py, || self.inner.contains_in(&ids, cluster)).py_err()
     }
 
     /// Deletes objects; one of "deleted", "deferred", "not_found" per id.
@@ -191,7 +189,7 @@ impl NativeClient {
         object_ids: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<&'static str>> {
         let ids = oids(object_ids)?;
-        let st = py.detach(|| self.inner.delete(&ids)).py_err()?;
+        let st = detach(py, || self.inner.delete(&ids)).py_err()?;
         Ok(st
             .into_iter()
             .map(|s| match s {
@@ -206,7 +204,7 @@ impl NativeClient {
     /// member, each naming its member).
     #[pyo3(signature = (cluster=false))]
     fn list<'py>(&self, py: Python<'py>, cluster: bool) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let objs = py.detach(|| self.inner.list_in(cluster)).py_err()?;
+        let objs = detach(py, || self.inner.list_in(cluster)).py_err()?;
         objs.into_iter()
             .map(|o| {
                 let d = PyDict::new(py);
@@ -231,12 +229,12 @@ impl NativeClient {
 
     /// Evicts LRU objects until `num_bytes` are freed; (freed, count).
     fn evict(&self, py: Python<'_>, num_bytes: u64) -> PyResult<(u64, u64)> {
-        py.detach(|| self.inner.evict(num_bytes)).py_err()
+        detach(py, || self.inner.evict(num_bytes)).py_err()
     }
 
     /// The store's counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py.detach(|| self.inner.stats()).py_err()?;
+        let s = detach(py, || self.inner.stats()).py_err()?;
         let d = PyDict::new(py);
         d.set_item("capacity", s.capacity)?;
         d.set_item("used", s.used)?;
@@ -262,7 +260,7 @@ impl NativeClient {
 
     /// The store's view of its cluster.
     fn cluster_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py.detach(|| self.inner.cluster_status()).py_err()?;
+        let s = detach(py, || self.inner.cluster_status()).py_err()?;
         let d = PyDict::new(py);
         d.set_item("enabled", s.enabled)?;
         let mut members = Vec::with_capacity(s.members.len());
@@ -314,9 +312,7 @@ impl NativeClient {
         } else {
             ferroplasma_client::EventFraming::ReplyFrames
         };
-        let s = py
-            .detach(|| self.inner.subscribe_with(framing, existing))
-            .py_err()?;
+        let s = detach(py, || self.inner.subscribe_with(framing, existing)).py_err()?;
         Ok(NativeSubscription::new(s))
     }
 }

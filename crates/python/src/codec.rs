@@ -13,6 +13,7 @@ use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 
+use crate::detach::detach;
 use crate::errors::serialization_error;
 
 /// Below this many bytes a copy is one `memcpy`: threads cost more than
@@ -70,7 +71,7 @@ pub fn copy_into(py: Python<'_>, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>)
         return Ok(());
     }
     let (to, from) = (Span(d.buf_ptr().cast()), Span(s.buf_ptr().cast()));
-    py.detach(move || {
+    detach(py, move || {
         let threads = if n < PARALLEL_FROM {
             1
         } else {

@@ -10,14 +10,18 @@
 //! - [`codec`] — the parallel copy into the store and the list-of-`str`
 //!   layout of `ferroplasma.serialization`.
 //! - [`subscription`] — `NativeSubscription`, an iterator of events.
+//! - [`detach`] — runs blocking calls with the GIL released, parking (not
+//!   aborting) a thread that comes back while the interpreter exits.
 //! - [`errors`] — the one mapping from `ClientError` to `ferroplasma.errors`.
 
 pub mod buffers;
 pub mod client;
 pub mod codec;
+pub mod detach;
 pub mod errors;
 pub mod subscription;
 
+use detach::detach;
 use pyo3::prelude::*;
 
 /// Runs the `ferroplasma` command line with `argv` (program name first) and
@@ -25,7 +29,7 @@ use pyo3::prelude::*;
 /// alone gives a working store.
 #[pyfunction]
 fn run_cli(py: Python<'_>, argv: Vec<String>) -> i32 {
-    py.detach(|| ferroplasma_daemon::cli::main_with_args(argv))
+    detach(py, || ferroplasma_daemon::cli::main_with_args(argv))
 }
 
 /// The default socket path: `$FERROPLASMA_SOCKET`, else `/tmp/ferroplasma.sock`.
@@ -39,14 +43,20 @@ fn default_socket() -> String {
 /// Runs Python's signal handlers from a call waiting for the store that a
 /// signal interrupted: true (abandon the call) when one raised, e.g.
 /// `KeyboardInterrupt` on Ctrl-C; the exception stays set for the caller.
+///
+/// Called from work running under [`detach`], so it takes the GIL with
+/// `PyGILState_Ensure` (PyO3's guarded version, which parks the thread if
+/// the interpreter is exiting), not `Python::attach`.
 fn signal_raised() -> bool {
-    Python::attach(|py| match py.check_signals() {
-        Ok(()) => false,
-        Err(e) => {
-            e.restore(py);
-            true
-        }
-    })
+    // Safety: `PyGILState_Ensure` makes this thread hold the GIL whatever
+    // its state was, `PyErr_CheckSignals` needs only that, and
+    // `PyGILState_Release` undoes exactly this `Ensure`.
+    unsafe {
+        let gil = pyo3::ffi::PyGILState_Ensure();
+        let raised = pyo3::ffi::PyErr_CheckSignals() != 0;
+        pyo3::ffi::PyGILState_Release(gil);
+        raised
+    }
 }
 
 #[pymodule]

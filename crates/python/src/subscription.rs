@@ -1,5 +1,6 @@
 //! `NativeSubscription`: seal and delete events as a Python iterator.
 
+use crate::detach::detach;
 use crate::errors::IntoPy;
 use ferroplasma_client::{EventKind, Subscription};
 use pyo3::prelude::*;
@@ -49,7 +50,7 @@ impl NativeSubscription {
         py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<EventTuple<'py>>> {
-        let ev = py.detach(|| {
+        let ev = detach(py, || {
             let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             match timeout {
                 None => s.next_event().map(Some),
