@@ -5,6 +5,7 @@ recorded matches what the test did."""
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import shutil
@@ -57,6 +58,46 @@ def test_the_endpoint_serves_only_get_of_metrics(store):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(post, timeout=10)
     assert e.value.code == 405
+
+
+def _counter(body: str, name: str, op: str) -> float:
+    m = re.search(rf'^ferroplasma_{name}_total{{op="{op}"}} (\S+)$', body, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_gets_and_contains_answered_from_the_shared_table_are_counted(store):
+    """Gets, contains and releases a client serves from the shared table
+    send no request; they read 0 in requests_total before. Each client
+    counts them in its holds region and the store adds them up at the
+    scrape, including those of clients that have gone."""
+    c = store.connect()
+    oid = c.put(b"x" * 100)
+    for _ in range(300):
+        assert c.get_buffers([oid], timeout=0)[0] is not None  # released at once
+    for _ in range(200):
+        assert c.contains(oid)
+    gone = store.connect()
+    for _ in range(50):
+        gone.get_buffers([oid], timeout=0)
+    del gone
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the store notices the disconnect
+        _, body = _get(f"http://{store.metrics}/metrics")
+        if "ferroplasma_clients 1\n" in body:
+            break
+        time.sleep(0.05)
+    _, body = _get(f"http://{store.metrics}/metrics")
+    assert _counter(body, "requests", "get") == 350
+    assert _counter(body, "requests", "contains") == 200
+    assert _counter(body, "table_requests", "get") == 350
+    assert _counter(body, "table_requests", "contains") == 200
+    assert _counter(body, "table_requests", "release") == 350
+    # A get the table cannot serve (absent) is a request, counted once.
+    c.get_buffers([fp.ObjectID.from_random()], timeout=0)
+    _, body = _get(f"http://{store.metrics}/metrics")
+    assert _counter(body, "requests", "get") == 351
+    assert _counter(body, "table_requests", "get") == 350
 
 
 def test_a_taken_port_is_a_clear_start_up_error(store):

@@ -7,7 +7,7 @@ use crate::subscription::Subscription;
 use ferroplasma_protocol::frame::MAX_IDS_PER_REQUEST;
 use ferroplasma_protocol::layout::metadata_offset;
 use ferroplasma_protocol::pb::{self, reply, request};
-use ferroplasma_protocol::table::Take;
+use ferroplasma_protocol::table::{self, Take};
 use ferroplasma_protocol::ObjectId;
 use std::path::Path;
 use std::sync::Arc;
@@ -296,6 +296,7 @@ impl Client {
             }
         }
         if rest.is_empty() {
+            fast.count(table::COUNT_GET);
             return Ok(out);
         }
         let asked: Vec<ObjectId> = rest.iter().map(|&p| ids[p]).collect();
@@ -452,6 +453,7 @@ impl Client {
             // (being created, spilled, or elsewhere) need the store.
             let found: Vec<bool> = ids.iter().map(|id| fast.contains(id)).collect();
             if found.iter().all(|&f| f) {
+                fast.count(table::COUNT_CONTAINS);
                 return Ok(found);
             }
         }

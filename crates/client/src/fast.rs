@@ -95,6 +95,22 @@ impl FastView {
         unsafe { std::slice::from_raw_parts(self.holds.as_ptr() as *const AtomicU32, self.slots) }
     }
 
+    /// Counts one more request of kind `which` (`table::COUNT_GET`,
+    /// `table::COUNT_CONTAINS`) answered from the table, for the store's
+    /// metrics.
+    pub fn count(&self, which: usize) {
+        // Safety: `COUNTS` u64s at `counts_offset` (64-byte aligned) lie
+        // inside the holds mapping (`holds_region_len`); atomics are valid
+        // for any bytes, and the store reads them concurrently.
+        let counts = unsafe {
+            std::slice::from_raw_parts(
+                self.holds.as_ptr().add(table::counts_offset(self.slots)) as *const AtomicU64,
+                table::COUNTS,
+            )
+        };
+        table::count(counts, which);
+    }
+
     fn tags(&self) -> &[AtomicU64] {
         // Safety: `slots` u64s of private anonymous memory, page-aligned,
         // alive as long as `self`; `AtomicU64` is valid for any bytes.

@@ -45,6 +45,23 @@ struct State {
     /// Each connected client's holds region, and how far the store has
     /// read its ring of releases.
     holds: HashMap<ClientId, (Arc<MmapRaw>, u64)>,
+    /// What each connected client has answered from the table, as counted
+    /// into `answered` so far.
+    counted: HashMap<ClientId, TableAnswers>,
+    /// Requests answered from the table not yet taken by
+    /// [`FastTable::take_answered`].
+    answered: TableAnswers,
+}
+
+/// Requests clients answered from the table without asking the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableAnswers {
+    /// Gets whose every object the table served.
+    pub gets: u64,
+    /// Contains the table answered alone.
+    pub contains: u64,
+    /// Objects given back through the table (the hold was the reference).
+    pub releases: u64,
 }
 
 impl FastTable {
@@ -170,7 +187,63 @@ impl FastTable {
     /// Drops `client`'s holds region (it disconnected: the holds the store
     /// adopted were store references, released with the client's others).
     pub fn remove_client(&self, client: ClientId) {
-        self.lock().holds.remove(&client);
+        let mut st = self.lock();
+        Self::count_answers(&mut st, client, self.slots);
+        st.holds.remove(&client);
+        st.counted.remove(&client);
+    }
+
+    /// The requests clients answered from the table since the last call
+    /// (for the metrics, at each scrape): what each client's counts grew
+    /// by. A count that went down (a client that wrote its own) adds
+    /// nothing, so the totals only grow.
+    pub fn take_answered(&self) -> TableAnswers {
+        let mut st = self.lock();
+        let clients: Vec<ClientId> = st.holds.keys().copied().collect();
+        for c in clients {
+            Self::count_answers(&mut st, c, self.slots);
+        }
+        std::mem::take(&mut st.answered)
+    }
+
+    fn count_answers(st: &mut State, client: ClientId, slots: usize) {
+        let Some((region, _)) = st.holds.get(&client) else {
+            return;
+        };
+        let now = Self::answers_of(region, slots);
+        let seen = st.counted.entry(client).or_default();
+        let grew = |now: u64, seen: &mut u64| {
+            let d = now.saturating_sub(*seen);
+            *seen = (*seen).max(now);
+            d
+        };
+        let d = TableAnswers {
+            gets: grew(now.gets, &mut seen.gets),
+            contains: grew(now.contains, &mut seen.contains),
+            releases: grew(now.releases, &mut seen.releases),
+        };
+        let a = &mut st.answered;
+        a.gets = a.gets.saturating_add(d.gets);
+        a.contains = a.contains.saturating_add(d.contains);
+        a.releases = a.releases.saturating_add(d.releases);
+    }
+
+    /// A client's counts as it wrote them (untrusted numbers).
+    fn answers_of(region: &MmapRaw, slots: usize) -> TableAnswers {
+        // Safety: as for `holds_of`: `COUNTS` u64s at `counts_offset`
+        // (64-byte aligned) lie inside the region (`holds_region_len`).
+        let counts = unsafe {
+            std::slice::from_raw_parts(
+                region.as_ptr().add(table::counts_offset(slots)) as *const AtomicU64,
+                table::COUNTS,
+            )
+        };
+        let (head, _) = Self::ring_of(region, slots);
+        TableAnswers {
+            gets: counts[table::COUNT_GET].load(Ordering::Relaxed),
+            contains: counts[table::COUNT_CONTAINS].load(Ordering::Relaxed),
+            releases: head.load(Ordering::Relaxed),
+        }
     }
 
     /// Objects published now.
@@ -456,5 +529,55 @@ mod tests {
         }
         let left: Vec<ObjectId> = ids.iter().skip(1).step_by(2).copied().collect();
         check(&left);
+    }
+}
+
+#[cfg(test)]
+mod answer_counts {
+    use super::*;
+    use ferroplasma_store::ClientId;
+    use memmap2::MmapOptions;
+    use std::fs::File;
+
+    /// The client's side of the holds region of `client`, mapped from the
+    /// descriptor the store hands it.
+    fn client_counts(t: &FastTable, client: ClientId) -> (MmapRaw, usize) {
+        let fd = t.add_client(client).unwrap();
+        let map = MmapOptions::new()
+            .len(table::holds_region_len(t.slots))
+            .map_raw(&File::from(fd))
+            .unwrap();
+        (map, t.slots)
+    }
+
+    fn write(map: &MmapRaw, slots: usize, which: usize, v: u64) {
+        // Safety: inside the region (`holds_region_len`), 8-aligned.
+        let c = unsafe {
+            &*(map.as_ptr().add(table::counts_offset(slots) + 8 * which) as *const AtomicU64)
+        };
+        c.store(v, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn counts_only_grow_and_outlive_their_client() {
+        let t = FastTable::create(64).unwrap();
+        let (a, slots) = client_counts(&t, 1);
+        let (b, _) = client_counts(&t, 2);
+        write(&a, slots, table::COUNT_GET, 10);
+        write(&b, slots, table::COUNT_CONTAINS, 4);
+        let got = t.take_answered();
+        assert_eq!((got.gets, got.contains, got.releases), (10, 4, 0));
+        // Taken: nothing new.
+        assert_eq!(t.take_answered(), TableAnswers::default());
+        // A client that writes its count down, then up to where it was,
+        // adds nothing; beyond it, the growth.
+        write(&a, slots, table::COUNT_GET, 0);
+        assert_eq!(t.take_answered().gets, 0);
+        write(&a, slots, table::COUNT_GET, 12);
+        assert_eq!(t.take_answered().gets, 2);
+        // What a client counted before it went is kept.
+        write(&b, slots, table::COUNT_CONTAINS, 9);
+        t.remove_client(2);
+        assert_eq!(t.take_answered().contains, 5);
     }
 }

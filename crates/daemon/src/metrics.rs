@@ -1,5 +1,7 @@
 //! Prometheus metrics of a store (`ferroplasma store --metrics-listen`):
 //! counters the connections bump as they answer ([`Instruments`]), the
+//! requests clients answered from the shared table (`RequestsCollector`:
+//! their own counts, read at each scrape), the
 //! store's own figures read at each scrape ([`StoreCollector`]: O(1), the
 //! counters `Store::stats` keeps), and the HTTP endpoint that serves them in
 //! Prometheus' text format (`GET /metrics`, nothing else), its connections
@@ -7,6 +9,7 @@
 //! docs/operations.md.
 
 use crate::cluster::Cluster;
+use crate::fast_table::FastTable;
 use crate::shared::SharedRef;
 use crate::DaemonError;
 use prometheus_client::collector::Collector;
@@ -73,6 +76,53 @@ impl Instruments {
     /// A get or create answered in `seconds` (without waiting).
     pub fn answered(&self, op: Op, seconds: f64) {
         self.seconds.get_or_create(&OpLabel { op }).observe(seconds);
+    }
+}
+
+/// Requests by kind, those clients answered from the shared table included:
+/// at each scrape it adds what the clients counted in their holds regions
+/// since the last one (gets and contains to `requests`, and each kind,
+/// releases of objects too, to `table_requests`). Nothing is counted on the
+/// store's side of the read path.
+#[derive(Debug)]
+struct RequestsCollector {
+    requests: Family<OpLabel, Counter>,
+    from_table: Family<OpLabel, Counter>,
+    fast: Option<Arc<FastTable>>,
+}
+
+impl Collector for RequestsCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
+        if let Some(fast) = &self.fast {
+            let a = fast.take_answered();
+            for (op, n, request) in [
+                (Op::get, a.gets, true),
+                (Op::contains, a.contains, true),
+                (Op::release, a.releases, false),
+            ] {
+                if request {
+                    self.requests.get_or_create(&OpLabel { op }).inc_by(n);
+                }
+                self.from_table.get_or_create(&OpLabel { op }).inc_by(n);
+            }
+        }
+        self.requests.encode(e.encode_descriptor(
+            "requests",
+            "Requests answered, by kind (gets and contains clients answered \
+             from the shared table included)",
+            None,
+            self.requests.metric_type(),
+        )?)?;
+        if self.fast.is_some() {
+            self.from_table.encode(e.encode_descriptor(
+                "table_requests",
+                "Requests clients answered from the shared table without \
+                 asking the store (release: objects given back)",
+                None,
+                self.from_table.metric_type(),
+            )?)?;
+        }
+        Ok(())
     }
 }
 
@@ -354,11 +404,12 @@ pub fn registry(
     cluster: Option<Arc<Cluster>>,
 ) -> Registry {
     let mut r = Registry::with_prefix("ferroplasma");
-    r.register(
-        "requests",
-        "Requests answered, by kind",
-        instruments.requests.clone(),
-    );
+    let fast = shared.lock().fast.clone();
+    r.register_collector(Box::new(RequestsCollector {
+        requests: instruments.requests.clone(),
+        from_table: Family::default(),
+        fast,
+    }));
     r.register_with_unit(
         "answer",
         "Time the store took to answer a get or create it could answer at once",

@@ -61,9 +61,35 @@ pub const MAX_HOLDS: u32 = 1 << 20;
 pub const RING: usize = 1024;
 
 /// Bytes of a client's holds region for a table of `slots` slots: the holds,
-/// then (64-byte aligned) the ring's head counter and its entries.
+/// then (64-byte aligned) the ring's head counter and its entries, then
+/// (64-byte aligned) the client's [counts](COUNTS).
 pub fn holds_region_len(slots: usize) -> usize {
-    ring_offset(slots) + 8 + RING * 4
+    counts_offset(slots) + 64
+}
+
+/// Requests a client answered from the table without asking the store, by
+/// kind: u64s at [`counts_offset`] in its holds region, which only it
+/// writes ([`count`]). The store adds them to its request metrics; releases
+/// need no count of their own (the ring's head counts them). Untrusted: a
+/// client can misreport only its own figures.
+pub const COUNTS: usize = 2;
+/// Index among the [`COUNTS`]: gets every object of which the table served.
+pub const COUNT_GET: usize = 0;
+/// Index among the [`COUNTS`]: contains the table answered alone.
+pub const COUNT_CONTAINS: usize = 1;
+
+/// Where a client's [`COUNTS`] start in its holds region.
+pub fn counts_offset(slots: usize) -> usize {
+    (ring_offset(slots) + 8 + RING * 4).div_ceil(64) * 64
+}
+
+/// Client side: one more request of kind `which` answered from the table.
+/// A relaxed add on the client's own cache line: a few nanoseconds beside
+/// a read of the table.
+pub fn count(counts: &[AtomicU64], which: usize) {
+    if let Some(c) = counts.get(which) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Where the ring's head (a u64) starts in the holds region.
