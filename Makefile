@@ -25,7 +25,7 @@ $(VENV)/.deps: pyproject.toml Makefile
 
 build: $(VENV)/.deps c-lib ## Build (release) the Python package into .venv, with the `ferroplasma` command, and the C library
 	@echo "build: compiling the Python package in release mode (about 7 minutes the first time on 2 cores; seconds after)"
-	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release
+	PIP_QUIET=1 VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release
 	@echo "built: $(VENV)/bin/ferroplasma and 'import ferroplasma' in $(VENV); the C library in target/c"
 
 # The C library (docs/languages.md): libferroplasma.so and .a, ferroplasma.h

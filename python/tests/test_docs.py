@@ -157,3 +157,17 @@ def test_make_help_lines_up():
     assert len(lines) > 10, out
     columns = {len(ln) - len(ln[len("  make ") :].split(None, 1)[1]) for ln in lines}
     assert len(columns) == 1, lines
+
+
+def test_make_build_installs_quietly():
+    """`make build` printed 17 lines of pip's `Ignoring numpy: markers
+    'extra == …'` (maturin hands pip every optional dependency) on every
+    build. The build's maturin runs with pip quiet; its own progress stays."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        ["make", "-n", "build"], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    develop = [ln for ln in out.stdout.splitlines() if "maturin develop" in ln]
+    assert len(develop) == 1, out.stdout
+    assert "PIP_QUIET=1" in develop[0].split("maturin")[0]
+    assert " -q" not in develop[0] and "--quiet" not in develop[0]
