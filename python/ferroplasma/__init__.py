@@ -44,6 +44,7 @@ from .errors import (
     SerializationError,
     StoreFull,
     StoreUnavailable,
+    TooManyWaiting,
 )
 from .store import StoreProcess, start_store
 
@@ -78,6 +79,7 @@ __all__ = [
     "StoreProcess",
     "StoreUnavailable",
     "Subscription",
+    "TooManyWaiting",
     "connect",
     "errors",
     "get",

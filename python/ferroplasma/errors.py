@@ -32,6 +32,7 @@ __all__ = [
     "SerializationError",
     "StoreFull",
     "StoreUnavailable",
+    "TooManyWaiting",
 ]
 
 
@@ -69,6 +70,12 @@ class InvalidObjectState(FerroplasmaError, RuntimeError):
 
 class ObjectTooLarge(FerroplasmaError, ValueError):
     """A size or count over the store's limits."""
+
+
+class TooManyWaiting(FerroplasmaError, RuntimeError):
+    """This connection already has as many gets waiting (4,096) or creates
+    waiting for space, or waits for as many objects (1,000,000), as the store
+    allows: wait for some to finish, or use another connection."""
 
 
 class InvalidRequest(FerroplasmaError, ValueError):

@@ -309,3 +309,25 @@ def test_create_and_seal_takes_any_buffer_large_or_strided(client):
         client.create_and_seal(oid, data)
         [buf] = client.get_buffers([oid])
         assert bytes(buf) == np.ascontiguousarray(data).tobytes()
+
+
+def test_too_many_objects_awaited_on_one_connection_is_its_own_error(client):
+    """A connection may await at most 1,000,000 objects; one more was raised
+    as ObjectTooLarge, a name that says something else."""
+
+    ids = [[fp.ObjectID.from_random() for _ in range(100_000)] for _ in range(10)]
+    threads = [
+        threading.Thread(target=client.get_buffers, args=(batch,), kwargs={"timeout": 4})
+        for batch in ids
+    ]
+    for t in threads:
+        t.start()
+    try:
+        eventually(lambda: client.stats()["awaited_objects"] == 1_000_000, what="parked gets")
+        with pytest.raises(fp.TooManyWaiting, match="1000000 objects") as e:
+            client.get_buffers([fp.ObjectID.from_random()], timeout=1)
+        assert not isinstance(e.value, fp.ObjectTooLarge)
+    finally:
+        for t in threads:
+            t.join()
+    assert client.get_buffers([fp.ObjectID.from_random()], timeout=0) == [None]

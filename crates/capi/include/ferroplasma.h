@@ -53,6 +53,9 @@ typedef enum fp_status {
   // Not allowed: the store is run by a user this client does not trust
   // (see FERROPLASMA_TRUST_UID), or this client's user may only read it.
   FP_PERMISSION_DENIED = 17,
+  // This connection already has as many gets waiting (or objects
+  // awaited) as the store allows: retry when some finish.
+  FP_TOO_MANY_WAITING = 18,
 } fp_status;
 
 // What `fp_delete` did with one id.

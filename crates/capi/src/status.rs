@@ -47,6 +47,9 @@ pub enum fp_status {
     /// Not allowed: the store is run by a user this client does not trust
     /// (see FERROPLASMA_TRUST_UID), or this client's user may only read it.
     FP_PERMISSION_DENIED = 17,
+    /// This connection already has as many gets waiting (or objects
+    /// awaited) as the store allows: retry when some finish.
+    FP_TOO_MANY_WAITING = 18,
 }
 
 /// The errors of this library (one enum per crate).
@@ -77,6 +80,7 @@ impl CapiError {
                 ClientError::StoreFull(_) => FP_STORE_FULL,
                 ClientError::InvalidState(_) => FP_INVALID_STATE,
                 ClientError::TooLarge(_) => FP_TOO_LARGE,
+                ClientError::TooManyWaiting(_) => FP_TOO_MANY_WAITING,
                 ClientError::InvalidRequest(_) => FP_INVALID_ARGUMENT,
                 ClientError::VersionMismatch(_) | ClientError::Protocol(_) => FP_PROTOCOL,
                 ClientError::NotHeld(_) => FP_NOT_HELD,
@@ -139,7 +143,7 @@ pub extern "C" fn fp_last_error() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
     use fp_status::*;
-    const ALL: [fp_status; 18] = [
+    const ALL: [fp_status; 19] = [
         FP_OK,
         FP_STORE_UNAVAILABLE,
         FP_OBJECT_EXISTS,
@@ -158,6 +162,7 @@ pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
         FP_TIMEOUT,
         FP_PANIC,
         FP_PERMISSION_DENIED,
+        FP_TOO_MANY_WAITING,
     ];
     let Some(&known) = ALL.iter().find(|s| **s as i32 == status) else {
         return c"FP_UNKNOWN".as_ptr();
@@ -181,6 +186,7 @@ pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
         FP_TIMEOUT => c"FP_TIMEOUT",
         FP_PANIC => c"FP_PANIC",
         FP_PERMISSION_DENIED => c"FP_PERMISSION_DENIED",
+        FP_TOO_MANY_WAITING => c"FP_TOO_MANY_WAITING",
     };
     name.as_ptr()
 }

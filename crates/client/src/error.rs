@@ -42,6 +42,10 @@ pub enum ClientError {
     /// A size or count over the store's limits.
     #[error("{0}")]
     TooLarge(String),
+    /// This connection already has as many gets waiting (or objects
+    /// awaited) as the store allows: retry when some finish.
+    #[error("{0}")]
+    TooManyWaiting(String),
     /// The request was malformed (e.g. an id that is not 20 bytes).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -119,6 +123,7 @@ impl From<pb::Error> for ClientError {
             C::StoreFull => ClientError::StoreFull(m),
             C::NotCreator | C::AlreadySealed => ClientError::InvalidState(m),
             C::TooLarge => ClientError::TooLarge(m),
+            C::TooManyWaiting => ClientError::TooManyWaiting(m),
             C::InvalidRequest => ClientError::InvalidRequest(m),
             C::VersionMismatch => ClientError::VersionMismatch(m),
             C::ObjectLost => ClientError::ObjectLost { message: m, id },

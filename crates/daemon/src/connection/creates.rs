@@ -108,7 +108,7 @@ impl Connection {
             Ok(r) => r.map(Some),
             Err(Waitable(e)) if p.only_for_spills && !self.room_coming(before) => Err(Refusal(e)),
             Err(Waitable(_)) if self.creates.len() >= MAX_PARKED_CREATES => Err(refuse(
-                pb::ErrorCode::TooLarge,
+                pb::ErrorCode::TooManyWaiting,
                 format!(
                     "{MAX_PARKED_CREATES} creates already wait for space on this connection \
                      (the limit): wait for some to finish"

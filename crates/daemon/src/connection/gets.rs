@@ -116,7 +116,7 @@ impl Connection {
         let waits = g.timeout_ms != 0;
         if waits && self.gets.by_key.len() >= MAX_PARKED_GETS {
             return Err(refuse(
-                pb::ErrorCode::TooLarge,
+                pb::ErrorCode::TooManyWaiting,
                 format!(
                     "{MAX_PARKED_GETS} gets already wait on this connection (the limit): wait \
                      for some to finish, or use another connection"
@@ -170,7 +170,7 @@ impl Connection {
             drop(sh);
             self.give_back(&pending);
             return Err(refuse(
-                pb::ErrorCode::TooLarge,
+                pb::ErrorCode::TooManyWaiting,
                 format!(
                     "the gets waiting on this connection would wait for more than \
                      {MAX_WAITING_IDS} objects (the limit): wait for some to finish"

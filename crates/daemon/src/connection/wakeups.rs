@@ -270,7 +270,7 @@ fn parked_gets_are_capped_per_connection() {
     }
     match park(&mut conn, 1 << 40, 1) {
         Err(super::Refusal(e)) => {
-            assert_eq!(e.code, pb::ErrorCode::TooLarge as i32);
+            assert_eq!(e.code, pb::ErrorCode::TooManyWaiting as i32);
             assert!(
                 e.message.contains("4096 gets already wait"),
                 "{}",
