@@ -23,6 +23,7 @@ pub enum Notice {
 /// spill segment files that no longer hold any object, and unsealed objects
 /// that were discarded (a cluster releases their ids).
 #[derive(Debug, Default, PartialEq, Eq)]
+#[must_use = "effects must be delivered (Shared::deliver): dropped, their notices are lost and gets waiting on them hang"]
 pub struct Effects {
     /// `(recipient, notice)` pairs.
     pub notices: Vec<(ClientId, Notice)>,

@@ -1,4 +1,9 @@
 //! The state machine's rules, driven directly (no daemon, no I/O).
+//!
+//! These tests check the store's state, not what it asks the daemon to
+//! deliver, so they drop `Effects` freely (daemon code may not: it is
+//! `#[must_use]`).
+#![allow(unused_must_use)]
 
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::*;

@@ -22,11 +22,11 @@ fn full_store() -> (
     let shared = testkit::store(1 << 20);
     let (holder, rx) = shared.lock().register();
     let big = ObjectId::random();
-    shared
-        .lock()
-        .store
-        .create(holder, big, 1 << 20, 0, 0)
-        .unwrap();
+    {
+        let mut sh = shared.lock();
+        let (_, fx) = sh.store.create(holder, big, 1 << 20, 0, 0).unwrap();
+        sh.deliver(fx);
+    }
     (shared, holder, big, rx)
 }
 
@@ -177,7 +177,8 @@ impl Spilling {
         {
             let mut sh = self.shared.lock();
             let (c, _rx) = sh.register();
-            sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
+            let (_, fx) = sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
+            sh.deliver(fx);
             let fx = sh.store.seal(c, x, 0).unwrap();
             sh.deliver(fx);
             let fx = sh.store.release(c, x).unwrap();
