@@ -3,7 +3,10 @@
 //! requests (and the time) and delivers the [`Effects`] it returns.
 //!
 //! Module map:
-//! - [`store`] — [`Store`], the state machine and its operations.
+//! - [`store`] — [`Store`], the state machine: objects' lives (create,
+//!   seal, get, release, delete) in `store/mod.rs`; `store/eviction.rs`
+//!   (making room), `store/spilling.rs` (spilling and restoring, the books'
+//!   side), `store/queries.rs` (list, stats).
 //! - [`allocator`] — best-fit, 64-byte-aligned, coalescing range allocator.
 //! - [`object`] — object entries, [`Location`], [`ObjectInfo`], [`ObjectState`].
 //! - [`events`] — [`Effects`], [`Notice`] and subscription [`Event`]s.

@@ -1,0 +1,138 @@
+//! Making room: evicting the objects the policy names, least recently
+//! released first, skipping (and adopting) those readers hold through the
+//! shared table, and the refusal when nothing more can go.
+
+use super::Store;
+use crate::error::StoreError;
+use crate::events::Effects;
+use ferroplasma_protocol::ObjectId;
+
+impl Store {
+    /// Evicts least recently used objects until objects of at least `bytes`
+    /// (data + metadata, as Plasma counted) are gone or nothing evictable is
+    /// left. Returns `(their data + metadata bytes, objects evicted)`.
+    pub fn evict(&mut self, bytes: u64) -> (u64, u64, Effects) {
+        self.refresh_recency();
+        let mut fx = Effects::default();
+        let (mut freed, mut count) = (0, 0);
+        while freed < bytes {
+            let Some(id) = self.next_victim() else {
+                break;
+            };
+            if self.retire(id) {
+                continue; // a client holds it: in use, not evicted
+            }
+            freed += self
+                .objects
+                .get(&id)
+                .map_or(0, |e| e.location.data_size + e.location.metadata_size);
+            self.evict_one(id, &mut fx);
+            count += 1;
+        }
+        (freed, count, fx)
+    }
+
+    /// Finds `need` contiguous bytes, evicting LRU objects while that can help.
+    /// Objects released through the readers' table since the last call
+    /// move to the back of the eviction order, as a release over the socket
+    /// does (the daemon calls it before [`Store::spill_plan`] too).
+    pub fn refresh_recency(&mut self) {
+        let Some(r) = &self.readers else {
+            return;
+        };
+        for id in r.released() {
+            if let Some(e) = self.objects.get(&id) {
+                if e.evictable {
+                    self.policy.remove(&id);
+                    self.policy.add(id, e.alloc_size);
+                }
+            }
+        }
+    }
+
+    /// The refusal of an allocation of `need` bytes, with the figures as
+    /// they are now: after a pass over the eviction order, objects found
+    /// held through the readers' table are references, not evictable.
+    pub(super) fn full(&self, need: u64) -> StoreError {
+        StoreError::StoreFull {
+            requested: need,
+            free: self.alloc.free(),
+            evictable: self.policy.bytes(),
+            capacity: self.capacity,
+        }
+    }
+
+    pub(super) fn make_room(&mut self, need: u64, fx: &mut Effects) -> Result<u64, StoreError> {
+        if need > self.alloc.capacity() || self.alloc.free() + self.policy.bytes() < need {
+            return Err(self.full(need));
+        }
+        if self.alloc.largest_free() < need {
+            self.refresh_recency();
+        }
+        loop {
+            if let Some(offset) = self.alloc.allocate(need) {
+                return Ok(offset);
+            }
+            if self.spill.is_some() {
+                // With a spill directory, room is made by spilling (the
+                // daemon does it first), never by dropping objects.
+                return Err(self.full(need));
+            }
+            match self.next_victim() {
+                Some(id) => {
+                    if !self.retire(id) {
+                        self.evict_one(id, fx);
+                    }
+                }
+                None => return Err(self.full(need)),
+            }
+        }
+    }
+
+    /// The policy's first victim that is really evictable: an id it names
+    /// by mistake (in use, unsealed, unknown) is skipped, so no policy can
+    /// make the store free memory in use.
+    pub(super) fn next_victim(&self) -> Option<ObjectId> {
+        let objects = &self.objects;
+        self.policy
+            .victims()
+            .find(|id| objects.get(id).is_some_and(|e| e.evictable))
+    }
+
+    /// Takes `id` out of the readers' table before it stops being readable;
+    /// the holds clients took on it become references. True when someone
+    /// holds it now (it must stay).
+    pub(super) fn retire(&mut self, id: ObjectId) -> bool {
+        let Some(r) = &self.readers else {
+            return false;
+        };
+        let adopted = r.unreadable(id);
+        let mut held = false;
+        for (client, n) in adopted {
+            let Some(c) = self.clients.get_mut(&client) else {
+                continue; // gone: its references went with it
+            };
+            let Some(e) = self.objects.get_mut(&id) else {
+                return false;
+            };
+            *c.refs.entry(id).or_insert(0) += u64::from(n);
+            if e.ref_count == 0 {
+                self.referenced_count += 1;
+            }
+            e.ref_count += u64::from(n);
+            if std::mem::take(&mut e.evictable) {
+                self.policy.remove(&id);
+            }
+            held = true;
+        }
+        held
+    }
+
+    pub(super) fn evict_one(&mut self, id: ObjectId, fx: &mut Effects) -> u64 {
+        let size = self.objects.get(&id).map_or(0, |e| e.alloc_size);
+        self.remove_object(id, true, fx);
+        self.evictions += 1;
+        self.evicted_bytes += size;
+        size
+    }
+}
