@@ -7,7 +7,9 @@
 //! - [`cli`] — the `ferroplasma` command line (binary and Python console script).
 //! - [`config`] — [`StoreConfig`], the `ferroplasma store` flags and defaults.
 //! - `connection` — one client: handshake, requests, parked gets, events.
-//! - `shared` — the state machine behind a mutex plus per-client notice queues.
+//! - `shared` — the state machine behind a mutex plus per-client notice
+//!   queues; `shared/spilling.rs`: when to spill and restore, and the
+//!   threads that do it.
 //! - [`arena`] — the memfd/file-backed mapping handed to clients.
 //! - `fast_table` — the object table published in shared memory (reads
 //!   without a round trip) and every client's holds.
@@ -15,7 +17,9 @@
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
 //! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
-//! - `metrics` — Prometheus metrics and their endpoint (`--metrics-listen`).
+//! - `instruments` — what the connections count as they answer.
+//! - `metrics` — Prometheus metrics: read at each scrape (`metrics/collect.rs`)
+//!   and served (`metrics/endpoint.rs`, `--metrics-listen`).
 //! - `guard` — the network ports' cap on connections and their deadlines
 //!   (cluster gRPC, bulk, metrics).
 //! - `descriptors` — the descriptor limit raised at start and split
@@ -37,6 +41,7 @@ pub mod error;
 mod fast_table;
 mod fdpass;
 mod guard;
+mod instruments;
 mod listener;
 mod metrics;
 mod rate_log;

@@ -23,6 +23,11 @@ pub const MAX_PARKED_GETS: usize = 4096;
 /// Objects (not found yet) the parked gets of one connection may wait for.
 pub const MAX_WAITING_IDS: usize = 1_000_000;
 
+/// Notices a client may have queued before it is cut off as too slow: room
+/// for a seal notice for each object its gets may wait for (one per
+/// object), and for 65,536 subscription events.
+pub const NOTICE_QUEUE: usize = MAX_WAITING_IDS + (1 << 16);
+
 /// A get still waiting for some of its objects.
 #[derive(Debug)]
 struct PendingGet {

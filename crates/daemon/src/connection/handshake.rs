@@ -76,7 +76,7 @@ pub(super) async fn handshake(
     }
     let (client, rx, arena, capacity, fast) = {
         let mut sh = shared.lock();
-        let (client, rx) = sh.register();
+        let (client, rx) = sh.register(super::NOTICE_QUEUE);
         let fast = match sh.fast.clone() {
             Some(f) => match f.add_client(client) {
                 Ok(holds) => Some((f, holds)),

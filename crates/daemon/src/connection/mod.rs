@@ -75,13 +75,13 @@ mod wakeups;
 
 use creates::PendingCreate;
 use gets::ParkedGets;
-pub use gets::MAX_WAITING_IDS;
+pub use gets::NOTICE_QUEUE;
 use handshake::handshake;
 pub use handshake::refuse_busy;
 
 use crate::cluster::{Cluster, Completion};
 use crate::convert;
-use crate::metrics::{Instruments, Op};
+use crate::instruments::{Instruments, Op};
 use crate::rate_log::RateLimited;
 use crate::shared::SharedRef;
 use bytes::BytesMut;

@@ -28,7 +28,7 @@ pub(super) fn connection(
     shared: &SharedRef,
     input: &[u8],
 ) -> (Connection, std::os::unix::net::UnixStream) {
-    let (client, rx) = shared.lock().register();
+    let (client, rx) = shared.lock().register(super::NOTICE_QUEUE);
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
     ours.set_nonblocking(true).expect("nonblocking");
     let _in_rt = rt.enter();

@@ -20,7 +20,7 @@ fn full_store() -> (
     tokio::sync::mpsc::Receiver<ferroplasma_store::Notice>,
 ) {
     let shared = testkit::store(1 << 20);
-    let (holder, rx) = shared.lock().register();
+    let (holder, rx) = shared.lock().register(super::NOTICE_QUEUE);
     let big = ObjectId::random();
     {
         let mut sh = shared.lock();
@@ -143,7 +143,7 @@ impl Spilling {
     /// [`Spilling::put`] of an object whose bytes are all `byte`.
     fn put_filled(&self, size: u64, byte: u8) -> ObjectId {
         let mut sh = self.shared.lock();
-        let (c, _rx) = sh.register();
+        let (c, _rx) = sh.register(super::NOTICE_QUEUE);
         let id = ObjectId::random();
         sh.spill_for(size, 0).unwrap();
         let (loc, fx) = sh.store.create(c, id, size, 0, 0).unwrap();
@@ -176,7 +176,7 @@ impl Spilling {
         assert!(matches!(parked, Ok(None)), "parked");
         {
             let mut sh = self.shared.lock();
-            let (c, _rx) = sh.register();
+            let (c, _rx) = sh.register(super::NOTICE_QUEUE);
             let (_, fx) = sh.store.create(c, x, 400 << 10, 0, 0).unwrap();
             sh.deliver(fx);
             let fx = sh.store.seal(c, x, 0).unwrap();
@@ -310,7 +310,7 @@ fn a_waiter_whose_object_cannot_come_back_is_told_why() {
     let s = Spilling::new(1 << 20);
     let mut conn = s.connection();
     let (_, big) = s.seal_while_parked_then_spill(&mut conn);
-    let (holder, _rx) = s.shared.lock().register();
+    let (holder, _rx) = s.shared.lock().register(super::NOTICE_QUEUE);
     assert!(s.shared.lock().store.get(holder, big).is_some(), "in use");
     let notice = conn.rx.try_recv().expect("the seal notice");
     conn.on_notices(notice);

@@ -1,62 +1,14 @@
-//! State shared by all connections: the state machine, the arena, and each
-//! client's queue of notices. Held under one mutex that is never held across
-//! an `.await`.
+//! The shared state's side of spilling: when a create or a restore needs
+//! room, which objects to write out (the store's plan) and the blocking
+//! threads that write and read segment files (crate::spill), the waits of
+//! callers that cannot park while segments are written, and a spill
+//! directory removed under the store.
 
-use crate::arena::Arena;
-use crate::fast_table::FastTable;
+use super::{Shared, SharedRef};
 use crate::spill::SpillDir;
 use ferroplasma_protocol::ObjectId;
-use ferroplasma_store::{ClientId, Effects, Notice, Store, StoreError};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{mpsc, Notify};
-
-/// Notices a client may have queued before it is cut off as too slow: room
-/// for a seal notice for each object its gets may wait for (one per
-/// object), and for 65,536 subscription events.
-pub const NOTICE_QUEUE: usize = crate::connection::MAX_WAITING_IDS + (1 << 16);
-
-/// The store's state.
-#[derive(Debug)]
-pub struct Shared {
-    /// The object table.
-    pub store: Store,
-    /// The memory objects live in.
-    pub arena: Arc<Arena>,
-    /// The object table published in shared memory, if on.
-    pub fast: Option<Arc<FastTable>>,
-    /// Where objects go when memory is short, if configured.
-    pub spill: Option<Arc<SpillDir>>,
-    /// Spill segments being written on blocking threads now.
-    pub spills_in_flight: usize,
-    /// Spill writes finished since start (a change means room may have come).
-    pub spills_finished: u64,
-    /// Creates parked on all connections, waiting for space.
-    pub waiting_creates: usize,
-    /// Parked creates tried again since start (each when room may have
-    /// come, or at its deadline).
-    pub create_retries: u64,
-    /// What the connections count for the metrics endpoint.
-    pub instruments: Arc<crate::metrics::Instruments>,
-    /// Spilled objects to bring back once the spills under way are done
-    /// (there was no room for them before).
-    restores_waiting: Vec<ObjectId>,
-    /// Woken whenever the state changed in a way that may have made room
-    /// (creates waiting for space retry then).
-    pub space: Arc<Notify>,
-    /// In a cluster: the store client the cluster agent reads events from
-    /// (it is also told of aborted creates, to release their ids).
-    pub cluster_client: Option<ClientId>,
-    /// The cluster agent's queue: unbounded, because a directory update
-    /// must never be dropped (the agent sends them as fast as the owners
-    /// take them; each queued notice is a few dozen bytes).
-    agent_outbox: Option<mpsc::UnboundedSender<Notice>>,
-    /// Per id, the notices queued for the cluster agent that it has not
-    /// sent to the directory yet: a new claim of the id waits for them, so
-    /// that the late news of an old copy never cancels it.
-    pub agent_pending: HashMap<ObjectId, u32, ferroplasma_protocol::IdHasher>,
-    outboxes: HashMap<ClientId, mpsc::Sender<Notice>, ferroplasma_protocol::IdHasher>,
-}
+use ferroplasma_store::StoreError;
+use std::sync::MutexGuard;
 
 /// What [`Shared::request_restore`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,41 +19,7 @@ pub enum Restore {
     Underway,
 }
 
-/// A handle on [`Shared`].
-#[derive(Debug, Clone)]
-pub struct SharedRef(Arc<Mutex<Shared>>, Arc<std::sync::Condvar>);
-
 impl SharedRef {
-    /// Wraps a fresh state.
-    pub fn new(
-        mut store: Store,
-        arena: Arena,
-        spill: Option<SpillDir>,
-        fast: Option<Arc<FastTable>>,
-    ) -> Self {
-        if let Some(f) = &fast {
-            store.set_readers(f.clone());
-        }
-        let state = Arc::new(Mutex::new(Shared {
-            store,
-            fast,
-            arena: Arc::new(arena),
-            spill: spill.map(Arc::new),
-            spills_in_flight: 0,
-            spills_finished: 0,
-            waiting_creates: 0,
-            restores_waiting: Vec::new(),
-            create_retries: 0,
-            instruments: Arc::default(),
-            space: Arc::new(Notify::new()),
-            cluster_client: None,
-            agent_outbox: None,
-            agent_pending: HashMap::default(),
-            outboxes: HashMap::default(),
-        }));
-        Self(state, Arc::new(std::sync::Condvar::new()))
-    }
-
     /// Runs `f` on the locked state; while it fails for lack of room and
     /// spill segments are being written (they will free memory), waits for
     /// them and tries again. For the callers that cannot park: restores of
@@ -135,50 +53,9 @@ impl SharedRef {
         }
         sh
     }
-
-    /// Locks the state. A panic while it was held (a bug) does not take the
-    /// other connections down with it.
-    pub fn lock(&self) -> MutexGuard<'_, Shared> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Wakes the callers of `with_room` and `wait_restored` (a spill
-    /// segment was written, or an object read back).
-    fn wake_blocked(&self) {
-        self.1.notify_all();
-    }
 }
 
 impl Shared {
-    /// Registers a connection; returns its id and notice queue.
-    pub fn register(&mut self) -> (ClientId, mpsc::Receiver<Notice>) {
-        let id = self.store.connect();
-        let (tx, rx) = mpsc::channel(NOTICE_QUEUE);
-        self.outboxes.insert(id, tx);
-        (id, rx)
-    }
-
-    /// Registers the cluster agent: a subscriber of every seal and deletion
-    /// (and told of aborted creates) whose notices are never dropped.
-    pub fn register_agent(&mut self) -> (ClientId, mpsc::UnboundedReceiver<Notice>) {
-        let id = self.store.connect();
-        self.store.subscribe(id);
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.agent_outbox = Some(tx);
-        self.cluster_client = Some(id);
-        (id, rx)
-    }
-
-    /// Forgets a connection and everything it held.
-    pub fn disconnect(&mut self, client: ClientId) {
-        self.outboxes.remove(&client);
-        let fx = self.store.disconnect(client);
-        if let Some(f) = &self.fast {
-            f.remove_client(client);
-        }
-        self.deliver(fx);
-    }
-
     /// With a spill directory: writes out the least recently used objects
     /// needed to make an allocation of this size fit (one segment file for
     /// the batch), here and now. Without one, or when it fits, does nothing.
@@ -433,51 +310,4 @@ impl Shared {
         fx.dead_segments.extend(dead_segments);
         self.deliver(fx);
     }
-
-    /// Queues each notice for its client (a client whose queue is full is cut
-    /// off: its connection sees the queue closed and ends), removes spill
-    /// segments no object lives in, and tells the cluster agent (if any) of
-    /// aborted creates.
-    pub fn deliver(&mut self, fx: Effects) {
-        self.space.notify_waiters();
-        if let Some(dir) = &self.spill {
-            for seg in &fx.dead_segments {
-                dir.remove(*seg);
-            }
-        }
-        let aborted: Vec<(ClientId, Notice)> = match self.cluster_client {
-            Some(agent) => fx
-                .aborted
-                .into_iter()
-                .map(|id| (agent, Notice::Aborted(id)))
-                .collect(),
-            None => Vec::new(),
-        };
-        for (to, notice) in fx.notices.into_iter().chain(aborted) {
-            if Some(to) == self.cluster_client {
-                if let Some(tx) = &self.agent_outbox {
-                    if let Notice::Event(ferroplasma_store::Event { id, .. })
-                    | Notice::Aborted(id) = notice
-                    {
-                        *self.agent_pending.entry(id).or_insert(0) += 1;
-                    }
-                    let _ = tx.send(notice);
-                }
-                continue;
-            }
-            if let Some(tx) = self.outboxes.get(&to) {
-                if tx.try_send(notice).is_err() {
-                    tracing::warn!(client = to, "notice queue full; disconnecting the client");
-                    self.outboxes.remove(&to);
-                }
-            }
-        }
-    }
-}
-
-/// Microseconds since the Unix epoch.
-pub fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
 }

@@ -1,83 +1,18 @@
-//! Prometheus metrics of a store (`ferroplasma store --metrics-listen`):
-//! counters the connections bump as they answer ([`Instruments`]), the
-//! requests clients answered from the shared table (`RequestsCollector`:
-//! their own counts, read at each scrape), the
-//! store's own figures read at each scrape ([`StoreCollector`]: O(1), the
-//! counters `Store::stats` keeps), and the HTTP endpoint that serves them in
-//! Prometheus' text format (`GET /metrics`, nothing else), its connections
-//! capped and given deadlines (crate::guard). Names and meanings:
-//! docs/operations.md.
+//! The figures read at each scrape: requests (those clients answered from
+//! the shared table added from their own counts) and the store's and the
+//! cluster's state.
 
 use crate::cluster::Cluster;
 use crate::fast_table::FastTable;
+use crate::instruments::{Op, OpLabel};
 use crate::shared::SharedRef;
-use crate::DaemonError;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
-};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::Unit;
 use std::sync::Arc;
-
-/// The requests a client can make, as a label.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Op {
-    create,
-    create_and_seal,
-    seal,
-    abort,
-    get,
-    release,
-    contains,
-    delete,
-    evict,
-    list,
-    stats,
-    subscribe,
-    cluster_status,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OpLabel {
-    pub op: Op,
-}
-
-/// What the connections count as they answer: requests by kind, and how
-/// long the store took to answer the gets and creates it answered at once.
-#[derive(Debug)]
-pub struct Instruments {
-    requests: Family<OpLabel, Counter>,
-    seconds: Family<OpLabel, Histogram>,
-}
-
-impl Default for Instruments {
-    fn default() -> Self {
-        Self {
-            requests: Family::default(),
-            // 1 µs … 1 s, four buckets per decade.
-            seconds: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(1e-6, 10f64.powf(0.25), 25))
-            }),
-        }
-    }
-}
-
-impl Instruments {
-    /// One request of kind `op`.
-    pub fn request(&self, op: Op) {
-        self.requests.get_or_create(&OpLabel { op }).inc();
-    }
-
-    /// A get or create answered in `seconds` (without waiting).
-    pub fn answered(&self, op: Op, seconds: f64) {
-        self.seconds.get_or_create(&OpLabel { op }).observe(seconds);
-    }
-}
 
 /// Requests by kind, those clients answered from the shared table included:
 /// at each scrape it adds what the clients counted in their holds regions
@@ -85,10 +20,10 @@ impl Instruments {
 /// releases of objects too, to `table_requests`). Nothing is counted on the
 /// store's side of the read path.
 #[derive(Debug)]
-struct RequestsCollector {
-    requests: Family<OpLabel, Counter>,
-    from_table: Family<OpLabel, Counter>,
-    fast: Option<Arc<FastTable>>,
+pub(super) struct RequestsCollector {
+    pub(super) requests: Family<OpLabel, Counter>,
+    pub(super) from_table: Family<OpLabel, Counter>,
+    pub(super) fast: Option<Arc<FastTable>>,
 }
 
 impl Collector for RequestsCollector {
@@ -128,9 +63,9 @@ impl Collector for RequestsCollector {
 
 /// The store's and the cluster's figures, read at each scrape.
 #[derive(Debug)]
-pub struct StoreCollector {
-    shared: SharedRef,
-    cluster: Option<Arc<Cluster>>,
+pub(super) struct StoreCollector {
+    pub(super) shared: SharedRef,
+    pub(super) cluster: Option<Arc<Cluster>>,
 }
 
 fn gauge(
@@ -393,85 +328,5 @@ impl Collector for StoreCollector {
             st.updates_pending as i64,
         )?;
         Ok(())
-    }
-}
-
-/// The registry a store's endpoint serves: `instruments` and the store's
-/// own figures, every name prefixed `ferroplasma_`.
-pub fn registry(
-    instruments: &Instruments,
-    shared: SharedRef,
-    cluster: Option<Arc<Cluster>>,
-) -> Registry {
-    let mut r = Registry::with_prefix("ferroplasma");
-    let fast = shared.lock().fast.clone();
-    r.register_collector(Box::new(RequestsCollector {
-        requests: instruments.requests.clone(),
-        from_table: Family::default(),
-        fast,
-    }));
-    r.register_with_unit(
-        "answer",
-        "Time the store took to answer a get or create it could answer at once",
-        Unit::Seconds,
-        instruments.seconds.clone(),
-    );
-    r.register_collector(Box::new(StoreCollector { shared, cluster }));
-    r
-}
-
-/// Binds the metrics endpoint (a clear error when the address is taken).
-pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, DaemonError> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-        DaemonError::io(
-            format!(
-                "binding --metrics-listen {addr} (another program may use it: pick another port)"
-            ),
-            e,
-        )
-    })
-}
-
-/// How long a scraper's connection may move no byte once it has sent a
-/// request (scrapers keeping it alive between scrapes connect again).
-const IDLE: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Serves `GET /metrics` on `listener` until the store stops; any other
-/// method or path gets 405 or 404. At most `cap` connections at once;
-/// one that sends nothing within [`crate::guard::HELLO`], or nothing for
-/// [`IDLE`] after that, is closed.
-pub async fn serve(listener: tokio::net::TcpListener, cap: usize, registry: Registry) {
-    use axum::http::{header, StatusCode};
-    use axum::routing::get;
-    let registry = Arc::new(registry);
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move {
-                    let mut body = String::new();
-                    match prometheus_client::encoding::text::encode(&mut body, &registry) {
-                        Ok(()) => (
-                            StatusCode::OK,
-                            [(
-                                header::CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            body,
-                        ),
-                        Err(_) => (
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-                            "could not encode the metrics".to_string(),
-                        ),
-                    }
-                }
-            }),
-        )
-        .fallback(|| async { (StatusCode::NOT_FOUND, "only GET /metrics is served here\n") });
-    let guard = crate::guard::Guard::new("metrics", cap, crate::guard::HELLO, IDLE);
-    if let Err(e) = axum::serve(guard.incoming(listener), app).await {
-        tracing::warn!("the metrics endpoint stopped: {e}");
     }
 }
