@@ -530,12 +530,8 @@ mod tests {
         let left: Vec<ObjectId> = ids.iter().skip(1).step_by(2).copied().collect();
         check(&left);
     }
-}
 
-#[cfg(test)]
-mod answer_counts {
-    use super::*;
-    use ferroplasma_store::ClientId;
+    // What clients answered from the table, as the metrics count it.
     use memmap2::MmapOptions;
     use std::fs::File;
 

@@ -4,7 +4,7 @@
 //! Nothing may panic, every frame either decodes or is refused with an
 //! error, and lengths over the limit are refused before any allocation.
 //! (What the store then does with each request is fuzzed in the daemon
-//! crate, against a real connection: `connection::fuzz`.) `FP_FUZZ_CASES`
+//! crate, against a real connection: `connection::fuzz_tests`.) `FP_FUZZ_CASES`
 //! sets the number of cases (default 20000).
 
 use bytes::BytesMut;

@@ -66,12 +66,12 @@ fn op_of(body: &request::Body) -> Option<Op> {
 }
 
 #[cfg(test)]
-mod fuzz;
+mod fuzz_tests;
 mod gets;
 #[cfg(test)]
 mod testkit;
 #[cfg(test)]
-mod wakeups;
+mod wakeups_tests;
 
 use creates::PendingCreate;
 use gets::ParkedGets;
