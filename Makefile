@@ -71,7 +71,7 @@ test-rust: ## Rust unit, property and integration tests (root-only ones when roo
 	else echo "test-rust: root-only tests skipped (not root)"; fi
 
 test-python: build wheel test-sysdeps ## Python tests (pytest) against real stores
-	$(VENV)/bin/python -m pytest -q python/tests
+	$(VENV)/bin/python -m pytest -q --durations=10 python/tests
 
 # Debian packages only tests use: Prometheus (it scrapes a store in
 # test_metrics.py). Installed when root; elsewhere that test is skipped.
