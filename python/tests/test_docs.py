@@ -273,3 +273,45 @@ def test_generated_sections_sit_under_their_generators_titles():
             f"{script.name}: markers not under {title!r}"
         )
     assert found >= 4
+
+
+# ------------------------------------------------- one figure, one source
+# README.md and docs/cluster.md quote the remote 1000 × 1 kB get of the run
+# whose generated section docs/benchmarks.md holds (`make bench-cluster`),
+# in one sentence form: "1000 × 1 kB remote objects took R ms against L ms
+# locally".
+QUOTED_1000X1KB = re.compile(
+    r"1000 × 1 kB remote objects took ([\d.]+) ms against ([\d.]+) ms locally"
+)
+
+
+def _cluster_row(label: str) -> dict:
+    """A row of the table between the bench-cluster markers of
+    docs/benchmarks.md, by column name."""
+    src = (ROOT / "bench" / "cluster_report.py").read_text()
+    consts = dict(re.findall(r'^(BEGIN|END) = "(.*)"$', src, re.M))
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    section = text.split(consts["BEGIN"], 1)[1].split(consts["END"], 1)[0]
+    rows = [
+        [c.strip() for c in ln.strip().strip("|").split("|")]
+        for ln in section.splitlines()
+        if ln.startswith("|")
+    ]
+    header = next(r for r in rows if "fetch, remote" in r)
+    row = next(r for r in rows if r[0] == label)
+    return dict(zip(header, row))
+
+
+def test_docs_quote_the_remote_1000x1kb_get_of_the_generated_run():
+    row = _cluster_row("1000×1 kB")
+    want = (
+        float(row["fetch, remote"].removesuffix(" ms")),
+        float(row["fetch, local"].removesuffix(" ms")),
+    )
+    for name in ["README.md", "docs/cluster.md"]:
+        text = " ".join((ROOT / name).read_text().split())
+        quoted = [(float(r), float(loc)) for r, loc in QUOTED_1000X1KB.findall(text)]
+        assert quoted, f"{name} does not quote the remote 1000 × 1 kB get"
+        assert all(q == want for q in quoted), (
+            f"{name} quotes {quoted} (remote, local ms); docs/benchmarks.md's run: {want}"
+        )
