@@ -139,12 +139,12 @@ bench: ## Per-operation latency next to a Unix-socket round trip, as ratios; wit
 	target/release/ferroplasma-bench-metrics
 	target/release/ferroplasma-bench-state
 
-bench-cluster: build ## Seed 002 local vs remote gets across two network namespaces next to raw TCP (root); plot into docs/img
+bench-cluster: build ## Local vs remote gets, the microbenchmarks of the ThymesisFlow Plasma paper (Abrahamse et al., 2022), across two network namespaces next to raw TCP (root); plot into docs/img
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench-cluster
 	target/release/ferroplasma-bench-cluster --json bench/results/cluster.json $(if $(QUICK),--reps 2 --max-total-mb 100,)
 	$(VENV)/bin/python bench/cluster_report.py bench/results/cluster.json --out docs
 
-bench-scan: build ## Seed 001 TPC-H column selectivity: scan vs serializing RPC vs Arrow Flight vs raw TCP (root); QUICK=1
+bench-scan: build ## TPC-H column selectivity as in the Thallus paper (Chakraborty et al., 2024): scan vs serializing RPC vs Arrow Flight vs raw TCP (root); QUICK=1
 	$(VENV)/bin/python bench/scan_bench.py run --json bench/results/scan.json $(if $(QUICK),--reps 2,)
 	cd bench && ../$(VENV)/bin/python scan_report.py results/scan.json --out ../docs
 
@@ -153,7 +153,7 @@ bench/.spark-venv/.ok:
 	bench/.spark-venv/bin/pip install -q pyspark
 	touch $@
 
-bench-jobs: build bench/.spark-venv/.ok ## Seeds 000/004: DataFrame sort vs pandas (100M rows), record sort vs GNU sort and Spark (10 GiB); on Dask across 3 hosts vs Dask alone; QUICK=1
+bench-jobs: build bench/.spark-venv/.ok ## DataFrame sample sort (Plasma blog post, 2017) vs pandas (100M rows), record sort (Stolpmann's map/reduce post, 2012) vs GNU sort and Spark (10 GiB); on Dask across 3 hosts vs Dask alone; QUICK=1
 	$(VENV)/bin/python bench/jobs_bench.py dataframe --json bench/results/jobs-df.json $(if $(QUICK),--rows 20000000 --reps 2,--single-worker)
 	$(VENV)/bin/python bench/jobs_bench.py records --json bench/results/jobs-rec.json $(if $(QUICK),--size 1GiB --reps 2,)
 	cd bench && ../$(VENV)/bin/python jobs_report.py results/jobs-df.json results/jobs-rec.json --out ../docs
@@ -163,7 +163,7 @@ bench-spill: build ## p50/p99/max of a 1 KiB get while the store spills 256 MiB 
 	@mkdir -p bench/results
 	$(VENV)/bin/python bench/spill_latency.py --json bench/results/spill.json
 
-bench-python: build ## Seed 003 serialization and numpy put/get vs pickle and memcpy; plots into docs/img
+bench-python: build ## Python serialization (the Ray serialization post's objects, Moritz and Nishihara, 2017) and numpy put/get vs pickle and memcpy; plots into docs/img
 	$(VENV)/bin/python bench/python_serialization.py --out docs
 
 # QUICK=1: one measured round, fewer samples, results in bench/results/ (minutes).

@@ -7,15 +7,18 @@
 
 `make bench-jobs` runs all three (QUICK=1: 20 M rows and 1 GiB).
 
-**dataframe** (seed 000): an int64 key (uniform over the whole int64 range)
-and a float64 payload. Anchor: ``DataFrame.sort_values("key")`` in one
-process (pandas' default quicksort, unstable) and with ``kind="stable"``
-(what the job guarantees). The job: the frame as K partitions in a store
-(prefaulted), ``fp.jobs.sort_dataframe`` on a started pool of ``workers``
-processes, result in the store. Each method ``--reps`` times, interleaved;
-speed-up = pandas median / job median; efficiency = speed-up / workers.
+**dataframe** (the parallel sample sort of "Plasma In-Memory Object Store",
+Moritz and Nishihara, 2017; docs/references.md): an int64 key (uniform over
+the whole int64 range) and a float64 payload. Anchor:
+``DataFrame.sort_values("key")`` in one process (pandas' default quicksort,
+unstable) and with ``kind="stable"`` (what the job guarantees). The job: the
+frame as K partitions in a store (prefaulted), ``fp.jobs.sort_dataframe`` on
+a started pool of ``workers`` processes, result in the store. Each method
+``--reps`` times, interleaved; speed-up = pandas median / job median;
+efficiency = speed-up / workers.
 
-**records** (seed 004): ``ferroplasma records gen`` writes the input once;
+**records** (the workload of "Plasma Map/Reduce Slightly Faster Than
+Hadoop", Stolpmann, 2012): ``ferroplasma records gen`` writes the input once;
 then, interleaved per repetition: ``ferroplasma records sort`` into 80
 partitions (its own private store), GNU ``sort --parallel=N -S <same
 memory>`` with ``LC_ALL=C`` into one file, and Spark local mode

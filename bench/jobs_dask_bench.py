@@ -9,17 +9,19 @@ network namespace (root; loopback otherwise, where bytes are not counted)
 with its store and one single-threaded Dask worker; the scheduler in a
 fourth namespace; the driver (this process) outside.
 
-**records** (seed 004): the input is written once into a directory every
-worker sees. Per repetition, interleaved: ``records.sort_records(...,
-workers=dask_client, partitions=80)``; and Dask alone: the files read in
-128 MiB pieces into a Dask DataFrame (the 8-byte key as an unsigned
-integer, the other 92 bytes as 12 integer columns, so that Dask shuffles
-arrays, not Python objects), ``sort_values("key", npartitions=80,
-shuffle_method="p2p")``, each partition written back as records into
-``part-NNNNN``. Both outputs are checked with ``records validate`` (once
-per method).
+**records** (the workload of "Plasma Map/Reduce Slightly Faster Than
+Hadoop", Stolpmann, 2012; docs/references.md): the input is written once
+into a directory every worker sees. Per repetition, interleaved:
+``records.sort_records(..., workers=dask_client, partitions=80)``; and Dask
+alone: the files read in 128 MiB pieces into a Dask DataFrame (the 8-byte
+key as an unsigned integer, the other 92 bytes as 12 integer columns, so
+that Dask shuffles arrays, not Python objects), ``sort_values("key",
+npartitions=80, shuffle_method="p2p")``, each partition written back as
+records into ``part-NNNNN``. Both outputs are checked with ``records
+validate`` (once per method).
 
-**dataframe** (seed 000): an int64 key and a float64 value, generated on
+**dataframe** (the parallel sample sort of "Plasma In-Memory Object Store",
+Moritz and Nishihara, 2017): an int64 key and a float64 value, generated on
 the workers, a third of the rows on each host: kept in the host's store
 (ferroplasma) or persisted in the worker's memory (Dask). Timed:
 ``sort_dataframe(client, parts, "key", workers=dask_client)`` against

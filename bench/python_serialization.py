@@ -2,8 +2,10 @@
 
 Runs, in one process and one run:
 
-* seed 003's four test objects: pickle (HIGHEST_PROTOCOL) dumps/loads next to
-  ferroplasma put (serialize into the store) and get (deserialize from it);
+* the four test objects of "Fast Python Serialization with Ray and Apache
+  Arrow" (Moritz and Nishihara, 2017; docs/references.md): pickle
+  (HIGHEST_PROTOCOL) dumps/loads next to ferroplasma put (serialize into the
+  store) and get (deserialize from it);
 * numpy arrays of 1 kB, 100 kB, 10 MB and 100 MB: put and get, next to pickle
   dumps/loads and a memcpy into touched memory of the same size.
 
@@ -28,7 +30,7 @@ import time
 import numpy as np
 
 import ferroplasma as fp
-from compare.objects import seed_objects  # bench/ is on sys.path as the script dir
+from compare.objects import ray_blog_objects  # bench/ is on sys.path as the script dir
 
 
 def timed(fn, repeat, cleanup=None, min_sample=0.02):
@@ -130,7 +132,7 @@ def us(t):
 
 def report(objs, arrays, checks):
     lines = []
-    lines.append("Seed 003 objects (median seconds; ratio = ferroplasma / pickle)")
+    lines.append("Ray serialization post's objects (median seconds; ratio = ferroplasma / pickle)")
     lines.append(
         f"{'object':<34} {'pickle ser':>11} {'fp put':>11} {'ratio':>7} "
         f"{'pickle de':>11} {'fp get':>11} {'ratio':>7}"
@@ -206,7 +208,7 @@ def plot(objs, arrays, out_dir):
         ax.set_ylabel("seconds")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "img", "serialization-seed003.png"), dpi=110)
+    fig.savefig(os.path.join(out_dir, "img", "serialization-ray-blog.png"), dpi=110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -239,7 +241,7 @@ def main():
     with fp.start_store("1GiB", prefault=True) as store:
         client = store.connect()
         rt = round_trip_latency(client, args.repeat)
-        objs = {name: bench_object(client, obj, args.repeat) for name, obj in seed_objects()}
+        objs = {name: bench_object(client, obj, args.repeat) for name, obj in ray_blog_objects()}
         arrays = [
             bench_array(client, n, args.repeat) for n in [1000, 100_000, 10_000_000, 100_000_000]
         ]

@@ -1,6 +1,7 @@
-"""Seed 001's column-selectivity experiment: TPC-H lineitem through the
-ferroplasma scan transport, a serializing RPC baseline and Arrow Flight,
-next to raw TCP measured in the same run.
+"""The column-selectivity experiment of "Thallus: An RDMA-based Columnar Data
+Transport Protocol" (Chakraborty et al., 2024; docs/references.md): TPC-H
+lineitem through the ferroplasma scan transport, a serializing RPC baseline
+and Arrow Flight, next to raw TCP measured in the same run.
 
     sudo .venv/bin/python bench/scan_bench.py run --sf 1 --json bench/results/scan.json
     .venv/bin/python bench/scan_report.py bench/results/scan.json --out docs
@@ -20,7 +21,8 @@ sent to table received). The methods:
 * ``ferroplasma``: the scan transport (column buffers gathered into one
   send, received into 64-byte-aligned memory);
 * ``rpc-ipc``: the same server and protocol, but each batch serialized into
-  one contiguous Arrow IPC message first (the seed's Thallium-RPC baseline);
+  one contiguous Arrow IPC message first (the Thallus paper's Thallium-RPC
+  baseline);
 * ``flight``: Arrow Flight ``do_get`` from a pyarrow.flight server running
   the same DuckDB query;
 * ``ferroplasma-store`` (same host): ``into_store=`` with the server sharing

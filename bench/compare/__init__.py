@@ -7,8 +7,10 @@ Modules:
     worker     the process that drives one system inside its own venv
     adapters   one adapter per system (ferroplasma, plasma, ray, vineyard,
                shm, pickle) over the same small interface
-    workloads  latency, seed 002 microbenchmarks, put/get, seed 003, limits
-    objects    the data: seed 003's objects, seed 002's shapes, read_all
+    workloads  latency, the ThymesisFlow Plasma paper's microbenchmarks, put/get,
+               the Ray serialization post's objects, limits
+    objects    the data: the Ray serialization post's objects, the ThymesisFlow
+               Plasma paper's shapes, read_all (sources: docs/references.md)
     stats      percentiles, median with min-max, ratios, run order
     report     JSON, Markdown and PNG charts
 """

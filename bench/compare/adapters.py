@@ -436,7 +436,7 @@ class VineyardAdapter(Adapter):
         if _array_like(obj):
             return self.client.put(obj)
         # Vineyard stores a list or dict as one object per element (minutes
-        # for seed 003's 200,000 strings); its users pickle such objects
+        # for the Ray serialization post's 200,000 strings); its users pickle such objects
         # into one blob instead, and so does this adapter.
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         builder = self.client.create_blob(len(data))

@@ -1,5 +1,7 @@
-"""The data every system is measured on: seed 003's four objects, seed 002's
-six microbenchmark shapes, and the one function that "reads every byte".
+"""The data every system is measured on: the four objects of the Ray
+serialization post, the six microbenchmark shapes of the ThymesisFlow Plasma
+paper, and the one function that "reads every byte" (sources in
+docs/references.md).
 
 Only the standard library and numpy, so it imports in every peer's venv.
 """
@@ -8,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-# Seed 002, Table I: (number of objects, object size in bytes; 1 kB = 1000 B).
+# The ThymesisFlow Plasma paper (Abrahamse, Hadnagy and Al-Ars, 2022), Table I:
+# (number of objects, object size in bytes; 1 kB = 1000 B).
 MICRO_SHAPES = [
     (1000, 1_000),
     (500, 10_000),
@@ -22,8 +25,9 @@ MICRO_SHAPES = [
 PUT_GET_SIZES = [size for _, size in MICRO_SHAPES]
 
 
-def seed_objects():
-    """The four objects of seed 003, as its benchmark builds them."""
+def ray_blog_objects():
+    """The four objects of "Fast Python Serialization with Ray and Apache
+    Arrow" (Moritz and Nishihara, 2017), as its benchmark builds them."""
     rng = np.random.default_rng(0)
     return [
         ("List of large numpy arrays", [rng.standard_normal(50000) for _ in range(100)]),

@@ -28,6 +28,15 @@ PUTGET_METRICS = [
     ("get", "get in the same process (p50 per call)"),
     ("get_other", "get in another process (p50 per call)"),
 ]
+# The objects of the Ray serialization post (Moritz and Nishihara, 2017).
+RAY_BLOG = "ray-blog"
+# One chart per workload, under img/.
+PLOTS = {
+    "latency": "compare-latency.png",
+    "micro": "compare-micro.png",
+    "putget": "compare-putget.png",
+    RAY_BLOG: f"compare-{RAY_BLOG}.png",
+}
 
 
 def is_rate(key: str) -> bool:
@@ -148,7 +157,7 @@ def markdown(results: dict) -> str:
         lines += table(results, rows)
     if "micro" in wl:
         for metric, title in MICRO_METRICS:
-            lines += ["", f"#### Seed 002 microbenchmarks: {title}", ""]
+            lines += ["", f"#### ThymesisFlow Plasma microbenchmarks: {title}", ""]
             rows = [(f"micro/{n}x{s}/{metric}", shape_label(f"{n}x{s}")) for n, s in MICRO_SHAPES]
             lines += table(results, rows)
     if "putget" in wl:
@@ -160,14 +169,14 @@ def markdown(results: dict) -> str:
                 for size in PUT_GET_SIZES
             ]
             lines += table(results, rows)
-    if "seed003" in wl:
+    if RAY_BLOG in wl:
         names = sorted(
-            {k.split("/")[1] for k in results["figures"] if k.startswith("seed003/")},
+            {k.split("/")[1] for k in results["figures"] if k.startswith(f"{RAY_BLOG}/")},
             key=lambda n: n.lower(),
         )
         for metric in ["put", "get"]:
-            lines += ["", f"#### Seed 003 objects: {metric}", ""]
-            lines += table(results, [(f"seed003/{n}/{metric}", n) for n in names])
+            lines += ["", f"#### The Ray serialization post's objects: {metric}", ""]
+            lines += table(results, [(f"{RAY_BLOG}/{n}/{metric}", n) for n in names])
     lag = behind(results)
     lines += [
         "",
@@ -235,7 +244,7 @@ def plots(results: dict, img_dir: str) -> list[str]:
             keys = [f"latency/{op}/{q}" for op in LATENCY_OPS]
             _bars(ax, results, keys, LATENCY_OPS, f"1 KiB objects, {q} latency")
         axes[0].legend(fontsize=7)
-        save(fig, "compare-latency.png")
+        save(fig, PLOTS["latency"])
     if "micro" in wl:
         fig, axes = plt.subplots(2, 2, figsize=(13, 7.5))
         labels = [shape_label(f"{n}x{s}") for n, s in MICRO_SHAPES]
@@ -243,7 +252,7 @@ def plots(results: dict, img_dir: str) -> list[str]:
             keys = [f"micro/{n}x{s}/{metric}" for n, s in MICRO_SHAPES]
             _bars(ax, results, keys, labels, title, log=not is_rate(metric))
         axes[0][0].legend(fontsize=7)
-        save(fig, "compare-micro.png")
+        save(fig, PLOTS["micro"])
     if "putget" in wl:
         fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
         labels = [human_size(s) for s in PUT_GET_SIZES]
@@ -252,16 +261,23 @@ def plots(results: dict, img_dir: str) -> list[str]:
                 keys = [f"putget/{kind}:{s}/{metric}" for s in PUT_GET_SIZES]
                 _bars(ax, results, keys, labels, f"{kind}: {title}")
         axes[0][0].legend(fontsize=7)
-        save(fig, "compare-putget.png")
-    if "seed003" in wl:
-        names = sorted({k.split("/")[1] for k in results["figures"] if k.startswith("seed003/")})
+        save(fig, PLOTS["putget"])
+    if RAY_BLOG in wl:
+        names = sorted(
+            {k.split("/")[1] for k in results["figures"] if k.startswith(f"{RAY_BLOG}/")}
+        )
         fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
         for ax, metric in zip(axes, ["put", "get"]):
-            keys = [f"seed003/{n}/{metric}" for n in names]
+            keys = [f"{RAY_BLOG}/{n}/{metric}" for n in names]
             _bars(ax, results, keys, [n.replace(" of ", "\nof ") for n in names], metric)
         axes[0].legend(fontsize=7)
-        save(fig, "compare-seed003.png")
+        save(fig, PLOTS[RAY_BLOG])
     return written
+
+
+def pictures_md(names: list[str]) -> str:
+    """The Markdown that shows the charts below the report."""
+    return "".join(f"\n![{n}](img/{n})\n" for n in names)
 
 
 def write(results: dict, out_dir: str, benchmarks_md: str | None = None) -> list[str]:
@@ -276,7 +292,7 @@ def write(results: dict, out_dir: str, benchmarks_md: str | None = None) -> list
     md = markdown(results)
     img = os.path.join(out_dir, "img")
     pngs = plots(results, img)
-    pictures = "".join(f"\n![{os.path.basename(p)}](img/{os.path.basename(p)})\n" for p in pngs)
+    pictures = pictures_md([os.path.basename(p) for p in pngs])
     if benchmarks_md is None:
         path = os.path.join(out_dir, "compare.md")
         with open(path, "w") as f:

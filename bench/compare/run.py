@@ -40,7 +40,7 @@ PEERS = {
 # Systems that run in this (the project's) venv.
 LOCAL = ["ferroplasma", "shm", "pickle"]
 ALL_SYSTEMS = ["ferroplasma", "plasma", "ray", "vineyard", "shm", "pickle"]
-WORKLOADS = ["latency", "micro", "putget", "seed003"]
+WORKLOADS = ["latency", "micro", "putget", "ray-blog"]
 
 
 def log(msg: str) -> None:
@@ -199,7 +199,7 @@ def run(args) -> dict:
     params = {
         "latency": {"ops": 300 if args.quick else 2000},
         "putget": {"scale": 0.2 if args.quick else 1.0},
-        "seed003": {"calls": 1 if args.quick else 3},
+        "ray-blog": {"calls": 1 if args.quick else 3},
     }
     raw = {w: {s: [] for s in workers} for w in WORKLOADS}
     lim = []

@@ -121,8 +121,8 @@ def run_workload(a: Adapter, name: str, params: dict):
         return workloads.micro(a, remote_read(a))
     if name == "putget":
         return workloads.putget(a, remote_read(a), params.get("scale", 1.0))
-    if name == "seed003":
-        return workloads.seed003(a, params.get("calls", 3))
+    if name == "ray-blog":
+        return workloads.ray_blog(a, params.get("calls", 3))
     if name == "limits":
         return workloads.limits()
     raise ValueError(f"unknown workload {name!r}")

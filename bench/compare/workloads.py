@@ -6,10 +6,12 @@ systems, and summarizes. A workload that a system cannot do raises
 `Unsupported` for that figure only (reported as n/a).
 
     latency     create+seal 1 KiB, get one, release, contains, delete (p50, p99)
-    micro       seed 002's six shapes: create all, get all batched and one by one,
-                a reader process reading every byte (GiB/s)
+    micro       the six shapes of the ThymesisFlow Plasma paper's microbenchmarks
+                (Abrahamse et al., 2022): create all, get all batched and one by
+                one, a reader process reading every byte (GiB/s)
     putget      put/get of numpy arrays and bytes, same process and another
-    seed003     seed 003's four objects, put and get
+    ray-blog    the four objects of the Ray serialization post (Moritz and
+                Nishihara, 2017), put and get
     limits      memcpy and sequential-read bandwidth, 1-byte socket round trip
 """
 
@@ -24,7 +26,7 @@ import time
 import numpy as np
 
 from .adapters import Adapter, Unsupported
-from .objects import MICRO_SHAPES, PUT_GET_SIZES, payload, read_all, seed_objects
+from .objects import MICRO_SHAPES, PUT_GET_SIZES, payload, ray_blog_objects, read_all
 from .stats import summarize_samples
 
 GIB = 1024**3
@@ -96,7 +98,7 @@ def _timed_contains(a, key, into):
 
 # ----------------------------------------------------------------------- micro
 def micro(a: Adapter, remote_read, shapes=MICRO_SHAPES) -> dict:
-    """Seed 002's microbenchmarks. `remote_read(keys, mode)` runs the
+    """The ThymesisFlow Plasma paper's microbenchmarks. `remote_read(keys, mode)` runs the
     reader in another process and returns its result dict."""
     if not a.raw:
         raise Unsupported
@@ -166,17 +168,18 @@ def putget(a: Adapter, remote_read, scale: float = 1.0, sizes=PUT_GET_SIZES) -> 
     return out
 
 
-# --------------------------------------------------------------------- seed003
-_SEED_OBJECTS = None
+# -------------------------------------------------------------------- ray-blog
+_RAY_BLOG_OBJECTS = None
 
 
-def seed003(a: Adapter, calls: int = 3, objects=None) -> dict:
-    """put and get of each seed 003 object: the median of `calls` calls, seconds."""
-    global _SEED_OBJECTS
+def ray_blog(a: Adapter, calls: int = 3, objects=None) -> dict:
+    """put and get of each of the Ray serialization post's objects: the median
+    of `calls` calls, seconds."""
+    global _RAY_BLOG_OBJECTS
     if objects is None:
-        if _SEED_OBJECTS is None:
-            _SEED_OBJECTS = seed_objects()
-        objects = _SEED_OBJECTS
+        if _RAY_BLOG_OBJECTS is None:
+            _RAY_BLOG_OBJECTS = ray_blog_objects()
+        objects = _RAY_BLOG_OBJECTS
     out = {}
     for name, obj in objects:
         puts, gets = [], []

@@ -191,9 +191,9 @@ def test_putget_workload(adapter):
         assert fig["put"] > 0 and fig["get"] > 0 and fig["get_other"] > 0
 
 
-def test_seed003_workload_round_trips(adapter):
+def test_ray_blog_workload_round_trips(adapter):
     objs = [("small dict", {"a": np.arange(10), "b": np.ones(3)}), ("strings", ["x", "y"])]
-    r = workloads.seed003(adapter, calls=1, objects=objs)
+    r = workloads.ray_blog(adapter, calls=1, objects=objs)
     assert set(r) == {"small dict", "strings"}
 
 
@@ -228,3 +228,21 @@ def test_worker_process_protocol(tmp_path, monkeypatch):
 def test_limits_are_measured():
     lim = workloads.limits(nbytes=1_000_000, rt_samples=50)
     assert lim["memcpy_gibs"] > 0 and lim["read_gibs"] > 0 and 0 < lim["socket_rt"] < 0.1
+
+
+def test_docs_section_is_what_the_report_makes_of_docs_compare_json():
+    """docs/benchmarks.md's generated section, its chart names and
+    docs/compare.json agree: a renamed workload, heading or chart is renamed
+    in all three, as `make bench-compare` would write them."""
+    import json
+
+    docs = os.path.join(os.path.dirname(__file__), "..", "..", "docs")
+    with open(os.path.join(docs, "compare.json")) as f:
+        results = json.load(f)
+    names = [report.PLOTS[w] for w in results["config"]["workloads"] if w in report.PLOTS]
+    with open(os.path.join(docs, "benchmarks.md")) as f:
+        text = f.read()
+    section = text.split(report.BEGIN + "\n", 1)[1].split(report.END, 1)[0]
+    assert section == report.markdown(results) + report.pictures_md(names)
+    for n in names:
+        assert os.path.isfile(os.path.join(docs, "img", n)), n

@@ -171,3 +171,147 @@ def test_make_build_installs_quietly():
     assert len(develop) == 1, out.stdout
     assert "PIP_QUIET=1" in develop[0].split("maturin")[0]
     assert " -q" not in develop[0] and "--quiet" not in develop[0]
+
+
+# ------------------------------------------------------------------ sources
+# The background documents are cited by title, authors and year, listed in
+# docs/references.md; never by the numbers of the files they came in.
+SOURCE_TITLES = [
+    "Plasma In-Memory Object Store",
+    "Thallus: An RDMA-based Columnar Data Transport Protocol",
+    "Memory-Disaggregated In-Memory Object Store Framework for Big Data Applications",
+    "Fast Python Serialization with Ray and Apache Arrow",
+    "Plasma Map/Reduce Slightly Faster Than Hadoop",
+]
+SOURCE_NUMBER = re.compile(r"seeds?[\s_-]*00[0-4](?!\d)", re.I)
+
+
+def _tracked_text_files():
+    """(path, text) of every file git tracks in this checkout, binaries
+    (a NUL byte in the first 8 KiB) left out."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    names = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for raw in names:
+        name = raw.decode()
+        path = ROOT / name
+        if not name or name.startswith("shared/") or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:8192]:
+            continue
+        yield name, data.decode("utf-8", "replace")
+
+
+def test_no_file_names_a_source_by_its_seed_number():
+    hits = [
+        f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)!r}"
+        for name, text in _tracked_text_files()
+        for m in SOURCE_NUMBER.finditer(text)
+    ]
+    assert not hits, "cite these by title, authors and year (docs/references.md):\n" + "\n".join(
+        hits
+    )
+
+
+def test_references_name_every_source():
+    path = ROOT / "docs" / "references.md"
+    assert path.is_file()
+    text = " ".join(path.read_text().split())
+    missing = [t for t in SOURCE_TITLES if t not in text]
+    assert not missing, missing
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set:
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)
+    seen: dict[str, int] = {}
+    out = set()
+    for m in re.finditer(r"^#{1,6} +(.+?)\s*$", text, re.M):
+        s = _slug(m.group(1))
+        out.add(s if s not in seen else f"{s}-{seen[s]}")
+        seen[s] = seen.get(s, 0) + 1
+    return out
+
+
+def test_links_to_sections_of_the_docs_resolve():
+    """Renaming a heading (say, to drop a source's number from it) breaks
+    the links to it; every `file.md#anchor` link must name a heading."""
+    broken = []
+    for path in DOCS:
+        for m in re.finditer(r"\]\(([^)\s#]*)#([^)\s]+)\)", path.read_text()):
+            target = (path.parent / m.group(1)) if m.group(1) else path
+            if target.suffix != ".md":
+                continue
+            if not target.is_file() or m.group(2) not in _anchors(target):
+                broken.append(f"{path.relative_to(ROOT)}: {m.group(0)}")
+    assert not broken, broken
+
+
+def test_generated_sections_sit_under_their_generators_titles():
+    """Each generator (bench/*.py) writes between its markers and, for a file
+    without them, under its TITLE: docs/benchmarks.md has both, in order."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    found = 0
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        src = script.read_text()
+        consts = dict(re.findall(r'^(TITLE|BEGIN|END) = "(.*)"$', src, re.M))
+        if "TITLE" not in consts:
+            continue
+        found += 1
+        title, begin, end = consts["TITLE"], consts["BEGIN"], consts["END"]
+        assert f"\n{title}\n" in text, f"{script.name}: {title!r} is not a heading"
+        after = text.split(f"\n{title}\n", 1)[1]
+        assert begin in after and end in after.split(begin, 1)[1], script.name
+        assert "\n## " not in after.split(begin, 1)[0], (
+            f"{script.name}: markers not under {title!r}"
+        )
+    assert found >= 4
+
+
+# ------------------------------------------------- one figure, one source
+# README.md and docs/cluster.md quote the remote 1000 × 1 kB get of the run
+# whose generated section docs/benchmarks.md holds (`make bench-cluster`),
+# in one sentence form: "1000 × 1 kB remote objects took R ms against L ms
+# locally".
+QUOTED_1000X1KB = re.compile(
+    r"1000 × 1 kB remote objects took ([\d.]+) ms against ([\d.]+) ms locally"
+)
+
+
+def _cluster_row(label: str) -> dict:
+    """A row of the table between the bench-cluster markers of
+    docs/benchmarks.md, by column name."""
+    src = (ROOT / "bench" / "cluster_report.py").read_text()
+    consts = dict(re.findall(r'^(BEGIN|END) = "(.*)"$', src, re.M))
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    section = text.split(consts["BEGIN"], 1)[1].split(consts["END"], 1)[0]
+    rows = [
+        [c.strip() for c in ln.strip().strip("|").split("|")]
+        for ln in section.splitlines()
+        if ln.startswith("|")
+    ]
+    header = next(r for r in rows if "fetch, remote" in r)
+    row = next(r for r in rows if r[0] == label)
+    return dict(zip(header, row))
+
+
+def test_docs_quote_the_remote_1000x1kb_get_of_the_generated_run():
+    row = _cluster_row("1000×1 kB")
+    want = (
+        float(row["fetch, remote"].removesuffix(" ms")),
+        float(row["fetch, local"].removesuffix(" ms")),
+    )
+    for name in ["README.md", "docs/cluster.md"]:
+        text = " ".join((ROOT / name).read_text().split())
+        quoted = [(float(r), float(loc)) for r, loc in QUOTED_1000X1KB.findall(text)]
+        assert quoted, f"{name} does not quote the remote 1000 × 1 kB get"
+        assert all(q == want for q in quoted), (
+            f"{name} quotes {quoted} (remote, local ms); docs/benchmarks.md's run: {want}"
+        )

@@ -9,9 +9,11 @@ Modules:
   the workers of a Dask cluster, each talking to the store of its host
   (pass a ``distributed.Client`` as ``workers``);
 - :mod:`~ferroplasma.jobs.dataframe` — :func:`sort_dataframe`, the parallel
-  sample sort of a DataFrame in the store (seed 000);
+  sample sort of a DataFrame in the store ("Plasma In-Memory Object Store",
+  Moritz and Nishihara, 2017);
 - :mod:`~ferroplasma.jobs.records` — the map/reduce sort of text records
-  (seed 004), :func:`~ferroplasma.jobs.records.sort_records`; the module
+  ("Plasma Map/Reduce Slightly Faster Than Hadoop", Stolpmann, 2012),
+  :func:`~ferroplasma.jobs.records.sort_records`; the module
   also gives the functions of the three below;
 - :mod:`~ferroplasma.jobs.record_format` — the 100-byte record: checking
   lines (with file and line number on error), keys, sizes, splits;

@@ -15,7 +15,8 @@ from ..errors import FerroplasmaError, JobError, StoreUnavailable
 from .pool import default_socket
 
 RECORDS_HELP = """\
-Sort 100-byte text records (seed 004's workload) with map/reduce on the store.
+Sort 100-byte text records with map/reduce on the store: the workload of
+"Plasma Map/Reduce Slightly Faster Than Hadoop" (Gerd Stolpmann, 2012).
 
 A record is one line: an 8-byte key, TAB, 90 bytes, LF. Keys compare as
 bytes (like LC_ALL=C sort).
@@ -30,7 +31,9 @@ spill to files next to the output.
 """
 
 DATAFRAME_HELP = """\
-Sort a table by columns with the parallel sample sort on the store (seed 000).
+Sort a table by columns with the parallel sample sort on the store, as
+described in "Plasma In-Memory Object Store" (Philipp Moritz and Robert
+Nishihara, 2017).
 
   ferroplasma dataframe sort --input t.parquet --by key --output sorted.parquet
   ferroplasma dataframe sort --objects ID,ID,... --by a,b --descending b

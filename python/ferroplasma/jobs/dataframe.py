@@ -1,4 +1,5 @@
-"""Parallel sample sort of a DataFrame held in the store (seed 000).
+"""Parallel sample sort of a DataFrame held in the store, as described in
+"Plasma In-Memory Object Store" (Moritz and Nishihara, 2017).
 
 The K input partitions are DataFrames in the store. Worker processes:
 

@@ -1,4 +1,6 @@
-"""The record format of the record sort (seed 004), and what its phases share.
+"""The record format of the record sort, and what its phases share. The
+records are those of "Plasma Map/Reduce Slightly Faster Than Hadoop"
+(Stolpmann, 2012).
 
 A record is one 100-byte line: an 8-byte key (no TAB or LF), TAB, 90 bytes
 of value (no LF), LF. Keys compare as bytes (as ``LC_ALL=C sort``); as

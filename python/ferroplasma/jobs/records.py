@@ -1,4 +1,5 @@
-"""The map/reduce sort of text records (seed 004's workload) on the store.
+"""The map/reduce sort of text records on the store: the workload of "Plasma
+Map/Reduce Slightly Faster Than Hadoop" (Stolpmann, 2012).
 
 A record is one 100-byte line: an 8-byte key (no TAB or LF), TAB, 90
 bytes of value (no LF), LF. Keys compare as bytes (as ``LC_ALL=C sort``).

@@ -1,5 +1,6 @@
 """Columnar scans: SQL on a remote host's datasets, results as Arrow batches
-whose buffers crossed the network as they are (seed 001, "Thallus").
+whose buffers crossed the network as they are, as in "Thallus: An RDMA-based
+Columnar Data Transport Protocol" (Chakraborty et al., 2024), over TCP.
 
 Server (on the host with the data)::
 
