@@ -167,11 +167,6 @@ impl FastTable {
         self.slots
     }
 
-    /// Whether the table has no slots (never: at least `PROBES`).
-    pub fn is_empty(&self) -> bool {
-        self.slots == 0
-    }
-
     /// Creates `client`'s holds region; returns its descriptor, the only
     /// one: the store keeps just the mapping, so a client costs the store
     /// one descriptor (its socket) once the handshake is sent.
@@ -244,11 +239,6 @@ impl FastTable {
             contains: counts[table::COUNT_CONTAINS].load(Ordering::Relaxed),
             releases: head.load(Ordering::Relaxed),
         }
-    }
-
-    /// Objects published now.
-    pub fn published(&self) -> usize {
-        self.lock().index.len()
     }
 
     /// The clients' holds regions as they are now, to be scanned without

@@ -16,19 +16,19 @@
 //! - `spill` — the spill directory's segment files (write, read back, remove).
 //! - `convert` — state machine types to wire messages.
 //! - `metrics` — Prometheus metrics and their endpoint (`--metrics-listen`).
-//! - `guard` — the network ports' cap on connections and their deadlines
-//!   (cluster gRPC, bulk, metrics).
 //! - `descriptors` — the descriptor limit raised at start and split
 //!   between local clients and the network ports.
-//! - `rate_log` — log lines strangers can cause, at most one per 10 s.
 //! - `watch` — `ferroplasma stats --watch`: a live view with rates.
-//! - [`cluster`] — many stores, one namespace: membership, the partitioned
-//!   directory, remote gets over the bulk transport (docs/cluster.md).
+//! - `cluster_store` — the store as the cluster sees it (the cluster
+//!   crate's `LocalStore`, implemented over `shared`).
+//! - [`cluster`] — the `ferroplasma-cluster` crate, re-exported: many
+//!   stores, one namespace (docs/cluster.md). Its `net` module has the
+//!   network ports' guard and rate-limited logs the daemon uses too.
 //! - [`error`] — [`DaemonError`].
 
 pub mod arena;
 pub mod cli;
-pub mod cluster;
+mod cluster_store;
 pub mod config;
 mod connection;
 mod convert;
@@ -36,10 +36,8 @@ mod descriptors;
 pub mod error;
 mod fast_table;
 mod fdpass;
-mod guard;
 mod listener;
 mod metrics;
-mod rate_log;
 pub mod server;
 mod shared;
 mod spill;
@@ -47,4 +45,5 @@ mod watch;
 
 pub use config::StoreConfig;
 pub use error::DaemonError;
+pub use ferroplasma_cluster as cluster;
 pub use server::{run, serve};

@@ -5,13 +5,15 @@
 //! store's own figures read at each scrape ([`StoreCollector`]: O(1), the
 //! counters `Store::stats` keeps), and the HTTP endpoint that serves them in
 //! Prometheus' text format (`GET /metrics`, nothing else), its connections
-//! capped and given deadlines (crate::guard). Names and meanings:
+//! capped and given deadlines (`ferroplasma_cluster::net::guard`). Names and
+//! meanings:
 //! docs/operations.md.
 
-use crate::cluster::Cluster;
 use crate::fast_table::FastTable;
 use crate::shared::SharedRef;
 use crate::DaemonError;
+use ferroplasma_cluster::net::guard;
+use ferroplasma_cluster::Cluster;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
@@ -438,7 +440,7 @@ const IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves `GET /metrics` on `listener` until the store stops; any other
 /// method or path gets 405 or 404. At most `cap` connections at once;
-/// one that sends nothing within [`crate::guard::HELLO`], or nothing for
+/// one that sends nothing within [`guard::HELLO`], or nothing for
 /// [`IDLE`] after that, is closed.
 pub async fn serve(listener: tokio::net::TcpListener, cap: usize, registry: Registry) {
     use axum::http::{header, StatusCode};
@@ -470,7 +472,7 @@ pub async fn serve(listener: tokio::net::TcpListener, cap: usize, registry: Regi
             }),
         )
         .fallback(|| async { (StatusCode::NOT_FOUND, "only GET /metrics is served here\n") });
-    let guard = crate::guard::Guard::new("metrics", cap, crate::guard::HELLO, IDLE);
+    let guard = guard::Guard::new("metrics", cap, guard::HELLO, IDLE);
     if let Err(e) = axum::serve(guard.incoming(listener), app).await {
         tracing::warn!("the metrics endpoint stopped: {e}");
     }
