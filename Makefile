@@ -105,13 +105,14 @@ test-go: build ## Go client tests against a real store (go vet, go test)
 	cd go/ferroplasma && $(GO_ENV) $(GO) vet ./... && \
 	  $(GO_ENV) FERROPLASMA_BIN=$(CURDIR)/$(VENV)/bin/ferroplasma $(GO) test ./...
 
-lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, ruff, _native.pyi against the built module (stubtest)
+lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, no import circles, ruff, _native.pyi against the built module (stubtest)
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) test -q -p ferroplasma-capi --test header
 	@test -z "$$(cd go/ferroplasma && $(dir $(GO))gofmt -l .)" || { echo "go/ferroplasma is not gofmt-clean: gofmt -w go/ferroplasma"; exit 1; }
 	$(VENV)/bin/ruff check python bench
 	$(VENV)/bin/ruff format --check python bench
+	$(VENV)/bin/python bench/check_import_circles.py crates
 	$(MAKE) build
 	$(VENV)/bin/python -m mypy.stubtest ferroplasma._native
 

@@ -42,7 +42,7 @@ struct Args {
     /// Write the results here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Log filter for both stores (e.g. `ferroplasma_daemon::cluster=debug`);
+    /// Log filter for both stores (e.g. `ferroplasma_cluster=debug`);
     /// their logs are then kept in the run's directory.
     #[arg(long, value_name = "FILTER")]
     store_log: Option<String>,

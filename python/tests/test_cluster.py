@@ -146,7 +146,7 @@ def test_debug_logs_follow_one_get_across_members(monkeypatch):
     in a span naming the client, the request and the object, through its
     lookup and pull; the member holding the object logs serving that
     object to it."""
-    monkeypatch.setenv("FERROPLASMA_LOG", "ferroplasma_daemon=debug")
+    monkeypatch.setenv("FERROPLASMA_LOG", "ferroplasma_daemon=debug,ferroplasma_cluster=debug")
     common = {"cluster_token": TOKEN, "heartbeat_interval": "100ms", "peer_timeout": "2s"}
     with fp.start_store("32MiB", cluster_listen="127.0.0.1:0", **common) as a:
         seed = member_address(a.connect())

@@ -7,7 +7,7 @@ use crate::subscription::Subscription;
 use ferroplasma_protocol::frame::MAX_IDS_PER_REQUEST;
 use ferroplasma_protocol::layout::metadata_offset;
 use ferroplasma_protocol::pb::{self, reply, request};
-use ferroplasma_protocol::table::{self, Take};
+use ferroplasma_protocol::shared_table::{self, Take};
 use ferroplasma_protocol::ObjectId;
 use std::path::Path;
 use std::sync::Arc;
@@ -259,7 +259,7 @@ impl Client {
         ids: &[ObjectId],
         timeout: Option<Duration>,
     ) -> Result<Vec<Option<ObjectBuffer>>> {
-        let Some(fast) = self.inner.fast.as_ref() else {
+        let Some(table) = self.inner.table.as_ref() else {
             return self.get_from_store(ids, timeout);
         };
         self.inner.check_pid()?;
@@ -269,10 +269,10 @@ impl Client {
         let mut out: Vec<Option<ObjectBuffer>> = Vec::with_capacity(ids.len());
         let mut rest: Vec<usize> = Vec::new();
         if ids.len() > 1 {
-            fast.prefetch(ids);
+            table.prefetch(ids);
         }
         for (pos, id) in ids.iter().enumerate() {
-            match fast.take(id) {
+            match table.take(id) {
                 Take::Held(slot, v) => {
                     // The hold itself is the reference (and what `release`
                     // checks); an error below gives it back here.
@@ -296,7 +296,7 @@ impl Client {
             }
         }
         if rest.is_empty() {
-            fast.count(table::COUNT_GET);
+            table.count(shared_table::COUNT_GET);
             return Ok(out);
         }
         let asked: Vec<ObjectId> = rest.iter().map(|&p| ids[p]).collect();
@@ -447,13 +447,13 @@ impl Client {
     /// Whether each object is sealed in this store or, with `cluster`, on
     /// any live member of its cluster.
     pub fn contains_in(&self, ids: &[ObjectId], cluster: bool) -> Result<Vec<bool>> {
-        if let Some(fast) = self.inner.fast.as_ref() {
+        if let Some(table) = self.inner.table.as_ref() {
             self.inner.check_pid()?;
             // Sealed local objects are in the shared table; only the others
             // (being created, spilled, or elsewhere) need the store.
-            let found: Vec<bool> = ids.iter().map(|id| fast.contains(id)).collect();
+            let found: Vec<bool> = ids.iter().map(|id| table.contains(id)).collect();
             if found.iter().all(|&f| f) {
-                fast.count(table::COUNT_CONTAINS);
+                table.count(shared_table::COUNT_CONTAINS);
                 return Ok(found);
             }
         }

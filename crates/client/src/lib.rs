@@ -20,7 +20,7 @@
 //! - `releases` — references held, and releases batched into the next
 //!   request or sent by a flusher thread within 1 ms.
 //! - `connection` — the socket, the handshake and reading replies.
-//! - `fast` — the store's object table in shared memory: gets, contains
+//! - `shared_table` — the store's shared table: the object table in shared memory: gets, contains
 //!   and releases of sealed local objects without a round trip.
 //! - `fork` — cheap detection of use after `fork()`.
 //! - [`trust`] — [`Trust`]: which users' stores this client talks to.
@@ -31,12 +31,12 @@ pub mod client;
 mod connection;
 mod creators;
 pub mod error;
-mod fast;
 mod fork;
 pub mod interrupt;
 pub mod mapping;
 mod releases;
 mod session;
+mod shared_table;
 pub mod subscription;
 pub mod trust;
 

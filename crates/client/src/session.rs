@@ -6,9 +6,9 @@
 use crate::connection::Conn;
 use crate::creators::CreatorRelease;
 use crate::error::{ClientError, Result};
-use crate::fast::FastView;
 use crate::mapping::Mapping;
 use crate::releases::{Releases, RELEASE_DELAY};
+use crate::shared_table::TableView;
 use crate::trust::Trust;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
@@ -46,7 +46,7 @@ pub(crate) struct Session {
     pub(crate) releases: Releases,
     /// The store's object table in shared memory (gets without a round
     /// trip), if it publishes one.
-    pub(crate) fast: Option<FastView>,
+    pub(crate) table: Option<TableView>,
 }
 
 /// Replies in flight between threads sharing one session.
@@ -80,10 +80,10 @@ impl Session {
         let fd = fds
             .next()
             .ok_or_else(|| ClientError::Protocol("the store sent no arena descriptor".into()))?;
-        let fast = match (hs.reply.table_slots, fds.next(), fds.next()) {
+        let table = match (hs.reply.table_slots, fds.next(), fds.next()) {
             // A table that cannot be mapped is not fatal: every operation
             // then asks the store.
-            (n, Some(table), Some(holds)) if n > 0 => FastView::map(table, holds, n).ok(),
+            (n, Some(table), Some(holds)) if n > 0 => TableView::map(table, holds, n).ok(),
             _ => None,
         };
         let file = File::from(fd);
@@ -121,7 +121,7 @@ impl Session {
             trust,
             read_only,
             releases: Releases::default(),
-            fast,
+            table,
         })
     }
 
@@ -306,7 +306,7 @@ impl Session {
             CreatorRelease::BufferAlive | CreatorRelease::AlreadyEnded => Ok(()),
             CreatorRelease::NotCreator
                 if self.releases.holds(id)
-                    || self.fast.as_ref().is_some_and(|f| f.holds_id(&id)) =>
+                    || self.table.as_ref().is_some_and(|f| f.holds_id(&id)) =>
             {
                 Ok(())
             }
@@ -337,7 +337,7 @@ impl Session {
         if self.check_pid().is_err() {
             return;
         }
-        if self.fast.as_ref().is_some_and(|f| f.give_back(slot)) {
+        if self.table.as_ref().is_some_and(|f| f.give_back(slot)) {
             self.defer_releases(vec![id]);
         }
     }

@@ -220,7 +220,7 @@ impl StoreConfig {
     }
 
     /// The cluster settings, when --cluster-listen is given.
-    pub fn cluster(&self) -> Result<Option<crate::cluster::ClusterConfig>, DaemonError> {
+    pub fn cluster(&self) -> Result<Option<ferroplasma_cluster::ClusterConfig>, DaemonError> {
         let Some(listen) = self.cluster_listen else {
             return Ok(None);
         };
@@ -260,7 +260,7 @@ impl StoreConfig {
         }
         let mut peers: Vec<String> = self.peers.iter().chain(&self.join).cloned().collect();
         peers.retain(|p| *p != advertise);
-        Ok(Some(crate::cluster::ClusterConfig {
+        Ok(Some(ferroplasma_cluster::ClusterConfig {
             listen,
             advertise,
             data_listen: self

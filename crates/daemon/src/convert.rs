@@ -1,9 +1,7 @@
 //! Conversions between the state machine's types and the wire messages.
 
 use ferroplasma_protocol::pb;
-use ferroplasma_store::{
-    DeleteOutcome, Event, EventKind, Location, ObjectInfo, ObjectState, Stats, StoreError,
-};
+use ferroplasma_store::{Event, EventKind, Location, ObjectInfo, ObjectState, Stats};
 
 pub fn location(l: Location) -> pb::Location {
     pb::Location {
@@ -14,32 +12,8 @@ pub fn location(l: Location) -> pb::Location {
     }
 }
 
-pub fn error(e: &StoreError) -> pb::Error {
-    use pb::ErrorCode as C;
-    let (code, id) = match e {
-        StoreError::ObjectExists(id) => (C::ObjectExists, Some(id)),
-        StoreError::ObjectNotFound(id) => (C::ObjectNotFound, Some(id)),
-        StoreError::StoreFull { .. }
-        | StoreError::SpillFull { .. }
-        | StoreError::SpillFailed { .. } => (C::StoreFull, None),
-        StoreError::NotCreator(id) => (C::NotCreator, Some(id)),
-        StoreError::AlreadySealed(id) => (C::AlreadySealed, Some(id)),
-        StoreError::NotHeld(id) => (C::ProtocolViolation, Some(id)),
-    };
-    pb::Error {
-        code: code as i32,
-        message: e.to_string(),
-        object_id: id.map(|i| i.0.to_vec()).unwrap_or_default(),
-    }
-}
-
-pub fn delete_status(d: DeleteOutcome) -> i32 {
-    (match d {
-        DeleteOutcome::Deleted => pb::DeleteStatus::Deleted,
-        DeleteOutcome::Deferred => pb::DeleteStatus::Deferred,
-        DeleteOutcome::NotFound => pb::DeleteStatus::NotFound,
-    }) as i32
-}
+// Store refusals and delete outcomes convert as the cluster's replies do.
+pub use ferroplasma_cluster::wire::{delete_status, store_error as error};
 
 pub fn info(i: &ObjectInfo) -> pb::ObjectInfo {
     pb::ObjectInfo {

@@ -29,7 +29,7 @@ impl NetworkCaps {
     /// The caps when descriptors are plenty.
     pub const DEFAULT: Self = Self {
         grpc: 4 * EXPECTED_MEMBERS,
-        bulk: crate::cluster::transport::POOL_PER_PEER * EXPECTED_MEMBERS,
+        bulk: ferroplasma_cluster::transfer::client::POOL_PER_PEER * EXPECTED_MEMBERS,
         metrics: 16,
     };
 

@@ -43,6 +43,16 @@ pub enum DaemonError {
     },
 }
 
+impl From<ferroplasma_cluster::ClusterError> for DaemonError {
+    fn from(e: ferroplasma_cluster::ClusterError) -> Self {
+        use ferroplasma_cluster::ClusterError as C;
+        match e {
+            C::BadConfig(why) => Self::BadConfig(why),
+            C::Io { what, source } => Self::Io { what, source },
+        }
+    }
+}
+
 impl DaemonError {
     pub(crate) fn io(what: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
         Self::Io {

@@ -11,7 +11,7 @@
 //!   queues; `shared/spilling.rs`: when to spill and restore, and the
 //!   threads that do it.
 //! - [`arena`] — the memfd/file-backed mapping handed to clients.
-//! - `fast_table` — the object table published in shared memory (reads
+//! - `shared_table` — the shared table: the object table published in shared memory (reads
 //!   without a round trip) and every client's holds.
 //! - `listener` — socket creation, stale-socket and live-store detection.
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
@@ -20,36 +20,35 @@
 //! - `instruments` — what the connections count as they answer.
 //! - `metrics` — Prometheus metrics: read at each scrape (`metrics/collect.rs`)
 //!   and served (`metrics/endpoint.rs`, `--metrics-listen`).
-//! - `guard` — the network ports' cap on connections and their deadlines
-//!   (cluster gRPC, bulk, metrics).
 //! - `descriptors` — the descriptor limit raised at start and split
 //!   between local clients and the network ports.
-//! - `rate_log` — log lines strangers can cause, at most one per 10 s.
 //! - `watch` — `ferroplasma stats --watch`: a live view with rates.
-//! - [`cluster`] — many stores, one namespace: membership, the partitioned
-//!   directory, remote gets over the bulk transport (docs/cluster.md).
+//! - `cluster_store` — the store as the cluster sees it (the cluster
+//!   crate's `LocalStore`, implemented over `shared`).
+//! - [`cluster`] — the `ferroplasma-cluster` crate, re-exported: many
+//!   stores, one namespace (docs/cluster.md). Its `net` module has the
+//!   network ports' guard and rate-limited logs the daemon uses too.
 //! - [`error`] — [`DaemonError`].
 
 pub mod arena;
 pub mod cli;
-pub mod cluster;
+mod cluster_store;
 pub mod config;
 mod connection;
 mod convert;
 mod descriptors;
 pub mod error;
-mod fast_table;
 mod fdpass;
-mod guard;
 mod instruments;
 mod listener;
 mod metrics;
-mod rate_log;
 pub mod server;
 mod shared;
+mod shared_table;
 mod spill;
 mod watch;
 
 pub use config::StoreConfig;
 pub use error::DaemonError;
+pub use ferroplasma_cluster as cluster;
 pub use server::{run, serve};

@@ -1,13 +1,15 @@
 //! Starting and running a store: arena, socket, accept loop, signals.
 
 use crate::arena::Arena;
-use crate::cluster::Cluster;
+use crate::cluster_store::ClusterStore;
 use crate::config::{human, StoreConfig};
 use crate::descriptors::{self, NetworkCaps};
-use crate::fast_table::FastTable;
 use crate::shared::SharedRef;
+use crate::shared_table::SharedTable;
 use crate::spill::SpillDir;
 use crate::{connection, listener, DaemonError};
+use ferroplasma_cluster::net::rate_log::RateLimited;
+use ferroplasma_cluster::Cluster;
 use ferroplasma_store::Store;
 use std::sync::Arc;
 use tokio::net::UnixListener;
@@ -65,11 +67,11 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
             config.table_slots
         )));
     }
-    let fast = match config.table_slots {
+    let table = match config.table_slots {
         0 => None,
         // The table only saves round trips: a kernel that cannot seal it
         // (before Linux 5.1) gets a store without it, and is told.
-        n => match FastTable::create(n as usize) {
+        n => match SharedTable::create(n as usize) {
             Ok(t) => Some(Arc::new(t)),
             Err(e) => {
                 tracing::warn!(
@@ -86,7 +88,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         None => None,
     };
     let spills = spill.is_some();
-    let shared = SharedRef::new(store, arena, spill, fast);
+    let shared = SharedRef::new(store, arena, spill, table);
     if spills {
         // A spill directory removed under the store is noticed within a
         // second, even by a store nobody writes to.
@@ -100,7 +102,10 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
         });
     }
     let cluster = match cluster_config {
-        Some(c) => Some(Cluster::start(c, shared.clone()).await?),
+        Some(c) => {
+            let (store, events) = ClusterStore::register(shared.clone());
+            Some(Cluster::start(c, Arc::new(store), events).await?)
+        }
         None => None,
     };
     if let Some(listener) = metrics_listener {
@@ -141,12 +146,8 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     ));
     let me = nix::unistd::geteuid().as_raw();
     // Refusals any local user can cause are logged at a bounded rate.
-    let accept_failed = crate::rate_log::RateLimited::new();
-    let (not_allowed, no_cred, busy) = (
-        crate::rate_log::RateLimited::new(),
-        crate::rate_log::RateLimited::new(),
-        crate::rate_log::RateLimited::new(),
-    );
+    let accept_failed = RateLimited::new();
+    let (not_allowed, no_cred, busy) = (RateLimited::new(), RateLimited::new(), RateLimited::new());
     let parent_gone = parent_watch(config.exit_with_parent);
     tokio::pin!(parent_gone);
     loop {

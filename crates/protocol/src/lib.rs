@@ -9,7 +9,7 @@
 //! - [`frame`] — length-prefixed framing, limits, blocking frame read/write helpers.
 //! - [`layout`] — where data and metadata lie inside an allocation (64-byte alignment).
 //! - [`event`] — [`Event`], what subscribers are told.
-//! - [`table`] — the object table in shared memory and the hold protocol
+//! - [`shared_table`] — the shared table: the object table in shared memory and the hold protocol
 //!   (gets without a round trip).
 //! - [`error`] — [`ProtocolError`], this crate's error type.
 
@@ -18,7 +18,7 @@ pub mod event;
 pub mod frame;
 pub mod id;
 pub mod layout;
-pub mod table;
+pub mod shared_table;
 
 /// Generated protobuf messages (package `ferroplasma.store.v1`).
 #[allow(missing_docs, clippy::all, missing_debug_implementations)]

@@ -1,4 +1,4 @@
-//! The hold protocol of the shared object table (`src/table.rs`), checked
+//! The hold protocol of the shared object table (`src/shared_table.rs`), checked
 //! with loom over every interleaving the C11 memory model allows: an object
 //! is never freed (its memory written) while a client holds it.
 //!
@@ -6,7 +6,7 @@
 //! `RUSTFLAGS="--cfg ferroplasma_loom" cargo test -p ferroplasma-protocol --test table_model --release`
 #![cfg(ferroplasma_loom)]
 
-use ferroplasma_protocol::table::{adopt, give_back, id_words, take, Slot, Take};
+use ferroplasma_protocol::shared_table::{adopt, give_back, id_words, take, Slot, Take};
 use ferroplasma_protocol::ObjectId;
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicU32;

@@ -3,7 +3,7 @@
 //! found while the reach covers it.
 #![cfg(not(ferroplasma_loom))]
 
-use ferroplasma_protocol::table::{home, id_words, take, Slot, Take, PROBES};
+use ferroplasma_protocol::shared_table::{home, id_words, take, Slot, Take, PROBES};
 use ferroplasma_protocol::ObjectId;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

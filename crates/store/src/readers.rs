@@ -1,5 +1,5 @@
 //! Readers that take references without asking the store: the hook through
-//! which the daemon's shared object table (`ferroplasma_protocol::table`)
+//! which the daemon's shared object table (`ferroplasma_protocol::shared_table`)
 //! learns which objects are readable, and through which the store, before
 //! it frees, evicts, spills or deletes an object, learns which clients hold
 //! it (their holds become ordinary references). The store calls it; it does

@@ -3,7 +3,7 @@
 //! back on the connection's channel and are answered here.
 
 use super::{parse_id, Connection, Refusal};
-use crate::cluster::Completion;
+use ferroplasma_cluster::Completion;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
 use tracing::Instrument;
@@ -39,7 +39,7 @@ impl Connection {
         let work = async move {
             let result = match cl.claim(id).await {
                 Ok(true) => Ok(()),
-                Ok(false) => Err(crate::cluster::wire_error(
+                Ok(false) => Err(ferroplasma_cluster::wire_error(
                     pb::ErrorCode::ObjectExists,
                     format!("object {id} already exists in the cluster"),
                     Some(id),

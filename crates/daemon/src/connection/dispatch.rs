@@ -185,7 +185,7 @@ impl Connection {
                     let sh = self.shared.lock();
                     let mut stats = convert::stats(&sh.store.stats());
                     stats.waiting_creates = sh.waiting_creates as u64;
-                    (stats, sh.fast.as_ref().map(|t| t.hold_scan()))
+                    (stats, sh.table.as_ref().map(|t| t.hold_scan()))
                 };
                 let Some(scan) = scan else {
                     return Ok(Some(reply::Body::Stats(stats)));
@@ -199,7 +199,7 @@ impl Connection {
                         .await
                         .unwrap_or_default();
                     let sh = shared.lock();
-                    if let Some(t) = &sh.fast {
+                    if let Some(t) = &sh.table {
                         let ids = t.objects_in(&held);
                         stats.referenced_objects += sh.store.unreferenced_among(&ids);
                         // Held, so not evictable while they are.

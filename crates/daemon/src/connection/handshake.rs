@@ -74,10 +74,10 @@ pub(super) async fn handshake(
             .await;
         return Err(Close::Violation(msg));
     }
-    let (client, rx, arena, capacity, fast) = {
+    let (client, rx, arena, capacity, table) = {
         let mut sh = shared.lock();
         let (client, rx) = sh.register(super::NOTICE_QUEUE);
-        let fast = match sh.fast.clone() {
+        let table = match sh.table.clone() {
             Some(f) => match f.add_client(client) {
                 Ok(holds) => Some((f, holds)),
                 Err(e) => {
@@ -88,7 +88,7 @@ pub(super) async fn handshake(
             },
             None => None,
         };
-        (client, rx, sh.arena.clone(), sh.store.capacity(), fast)
+        (client, rx, sh.arena.clone(), sh.store.capacity(), table)
     };
     let reply = pb::Reply {
         request_id: req.request_id,
@@ -102,7 +102,7 @@ pub(super) async fn handshake(
             client_id: client,
             max_inline_size: MAX_INLINE_SIZE,
             max_frame_size: MAX_REQUEST_FRAME,
-            table_slots: fast.as_ref().map_or(0, |(f, _)| f.len() as u64),
+            table_slots: table.as_ref().map_or(0, |(f, _)| f.len() as u64),
             read_only,
         })),
     };
@@ -124,7 +124,7 @@ pub(super) async fn handshake(
     let mut fds = vec![ro_fd
         .as_ref()
         .map_or_else(|| arena.fd().as_raw_fd(), |fd| fd.as_raw_fd())];
-    if let Some((f, holds)) = &fast {
+    if let Some((f, holds)) = &table {
         fds.push(f.table_fd().as_raw_fd());
         fds.push(holds.as_raw_fd());
     }

@@ -79,12 +79,12 @@ pub use gets::NOTICE_QUEUE;
 use handshake::handshake;
 pub use handshake::refuse_busy;
 
-use crate::cluster::{Cluster, Completion};
 use crate::convert;
 use crate::instruments::{Instruments, Op};
-use crate::rate_log::RateLimited;
 use crate::shared::SharedRef;
 use bytes::BytesMut;
+use ferroplasma_cluster::net::rate_log::RateLimited;
+use ferroplasma_cluster::{Cluster, Completion};
 use ferroplasma_protocol::frame::{FrameCodec, MAX_IDS_PER_REQUEST};
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;

@@ -2,10 +2,10 @@
 //! the shared table added from their own counts) and the store's and the
 //! cluster's state.
 
-use crate::cluster::Cluster;
-use crate::fast_table::FastTable;
 use crate::instruments::{Op, OpLabel};
 use crate::shared::SharedRef;
+use crate::shared_table::SharedTable;
+use ferroplasma_cluster::Cluster;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -23,13 +23,13 @@ use std::sync::Arc;
 pub(super) struct RequestsCollector {
     pub(super) requests: Family<OpLabel, Counter>,
     pub(super) from_table: Family<OpLabel, Counter>,
-    pub(super) fast: Option<Arc<FastTable>>,
+    pub(super) table: Option<Arc<SharedTable>>,
 }
 
 impl Collector for RequestsCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> std::fmt::Result {
-        if let Some(fast) = &self.fast {
-            let a = fast.take_answered();
+        if let Some(table) = &self.table {
+            let a = table.take_answered();
             for (op, n, request) in [
                 (Op::get, a.gets, true),
                 (Op::contains, a.contains, true),
@@ -48,7 +48,7 @@ impl Collector for RequestsCollector {
             None,
             self.requests.metric_type(),
         )?)?;
-        if self.fast.is_some() {
+        if self.table.is_some() {
             self.from_table.encode(e.encode_descriptor(
                 "table_requests",
                 "Requests clients answered from the shared table without \

@@ -1,7 +1,8 @@
 //! The HTTP endpoint: `GET /metrics` in Prometheus' text format, nothing
-//! else, its connections capped and given deadlines (crate::guard).
+//! else, its connections capped and given deadlines (`ferroplasma_cluster::net::guard`).
 
 use crate::DaemonError;
+use ferroplasma_cluster::net::guard;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ const IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves `GET /metrics` on `listener` until the store stops; any other
 /// method or path gets 405 or 404. At most `cap` connections at once;
-/// one that sends nothing within [`crate::guard::HELLO`], or nothing for
+/// one that sends nothing within [`guard::HELLO`], or nothing for
 /// [`IDLE`] after that, is closed.
 pub async fn serve(listener: tokio::net::TcpListener, cap: usize, registry: Registry) {
     use axum::http::{header, StatusCode};
@@ -55,7 +56,7 @@ pub async fn serve(listener: tokio::net::TcpListener, cap: usize, registry: Regi
             }),
         )
         .fallback(|| async { (StatusCode::NOT_FOUND, "only GET /metrics is served here\n") });
-    let guard = crate::guard::Guard::new("metrics", cap, crate::guard::HELLO, IDLE);
+    let guard = guard::Guard::new("metrics", cap, guard::HELLO, IDLE);
     if let Err(e) = axum::serve(guard.incoming(listener), app).await {
         tracing::warn!("the metrics endpoint stopped: {e}");
     }

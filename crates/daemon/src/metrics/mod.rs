@@ -12,10 +12,10 @@ mod endpoint;
 
 pub use endpoint::{bind, serve};
 
-use crate::cluster::Cluster;
 use crate::instruments::Instruments;
 use crate::shared::SharedRef;
 use collect::{RequestsCollector, StoreCollector};
+use ferroplasma_cluster::Cluster;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::{Registry, Unit};
 use std::sync::Arc;
@@ -28,11 +28,11 @@ pub fn registry(
     cluster: Option<Arc<Cluster>>,
 ) -> Registry {
     let mut r = Registry::with_prefix("ferroplasma");
-    let fast = shared.lock().fast.clone();
+    let table = shared.lock().table.clone();
     r.register_collector(Box::new(RequestsCollector {
         requests: instruments.requests.clone(),
         from_table: Family::default(),
-        fast,
+        table,
     }));
     r.register_with_unit(
         "answer",

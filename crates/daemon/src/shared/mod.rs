@@ -3,7 +3,7 @@
 //! an `.await`.
 
 use crate::arena::Arena;
-use crate::fast_table::FastTable;
+use crate::shared_table::SharedTable;
 use crate::spill::SpillDir;
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{ClientId, Effects, Notice, Store};
@@ -22,7 +22,7 @@ pub struct Shared {
     /// The memory objects live in.
     pub arena: Arc<Arena>,
     /// The object table published in shared memory, if on.
-    pub fast: Option<Arc<FastTable>>,
+    pub table: Option<Arc<SharedTable>>,
     /// Where objects go when memory is short, if configured.
     pub spill: Option<Arc<SpillDir>>,
     /// Spill segments being written on blocking threads now.
@@ -66,14 +66,14 @@ impl SharedRef {
         mut store: Store,
         arena: Arena,
         spill: Option<SpillDir>,
-        fast: Option<Arc<FastTable>>,
+        table: Option<Arc<SharedTable>>,
     ) -> Self {
-        if let Some(f) = &fast {
+        if let Some(f) = &table {
             store.set_readers(f.clone());
         }
         let state = Arc::new(Mutex::new(Shared {
             store,
-            fast,
+            table,
             arena: Arc::new(arena),
             spill: spill.map(Arc::new),
             spills_in_flight: 0,
@@ -129,7 +129,7 @@ impl Shared {
     pub fn disconnect(&mut self, client: ClientId) {
         self.outboxes.remove(&client);
         let fx = self.store.disconnect(client);
-        if let Some(f) = &self.fast {
+        if let Some(f) = &self.table {
             f.remove_client(client);
         }
         self.deliver(fx);

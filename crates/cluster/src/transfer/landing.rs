@@ -5,15 +5,18 @@
 //! each, their bytes copied in (a copy of a few kB costs less than an
 //! unsealed object's bookkeeping: created, referenced, sealed, released).
 
-use super::transport::{Absent, Arrival, Landing};
-use super::{lock, pb, Cluster};
-use crate::arena::Arena;
-use crate::shared::{now_us, Shared};
+use crate::cluster::Cluster;
+use crate::local::{Memory, NewObject, Received};
+use crate::pb;
+use crate::sync::lock;
+use crate::transfer::codec::{Absent, Arrival};
+use crate::transfer::transport::Landing;
+use crate::wire::store_error;
 use ferroplasma_protocol::pb as wire;
 use ferroplasma_protocol::ObjectId;
-use ferroplasma_store::{Effects, Location, StoreError};
+use ferroplasma_store::{Location, StoreError};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 /// What became of one id of a pull.
 #[derive(Debug, Clone)]
@@ -49,9 +52,10 @@ struct Staged {
 
 /// The local allocations of one pull. Dropped with objects allocated and
 /// not yet received, it aborts them.
+#[derive(Debug)]
 pub struct StoreLanding<'a> {
     cluster: &'a Cluster,
-    arena: Arc<Arena>,
+    memory: Arc<dyn Memory>,
     ids: &'a [ObjectId],
     outcomes: Vec<Outcome>,
     /// The current frame's allocations: (index in `ids`, where).
@@ -63,10 +67,10 @@ pub struct StoreLanding<'a> {
 
 impl<'a> StoreLanding<'a> {
     /// A landing for a pull of `ids`.
-    pub fn new(cluster: &'a Cluster, arena: Arc<Arena>, ids: &'a [ObjectId]) -> Self {
+    pub fn new(cluster: &'a Cluster, ids: &'a [ObjectId]) -> Self {
         Self {
             cluster,
-            arena,
+            memory: cluster.store.memory(),
             ids,
             outcomes: vec![Outcome::Pending; ids.len()],
             frame: Vec::new(),
@@ -87,64 +91,14 @@ impl<'a> StoreLanding<'a> {
         if self.frame.is_empty() {
             return;
         }
-        let c = self.cluster;
-        let mut sh = c.shared.lock();
-        for (i, _) in self.frame.drain(..) {
-            if let Ok(fx) = sh.store.abort(c.agent, self.ids[i]) {
-                sh.deliver(fx);
-            }
-        }
-    }
-
-    /// Creates the staged objects of the frame, sealed, with their bytes.
-    /// Returns the ids created (not those here already) and their bytes.
-    fn land_staged<'g>(
-        &mut self,
-        mut sh: MutexGuard<'g, Shared>,
-        now: i64,
-        fx: &mut Effects,
-    ) -> (MutexGuard<'g, Shared>, Vec<ObjectId>, u64)
-    where
-        'a: 'g,
-    {
-        let c = self.cluster;
-        let (mut landed, mut bytes) = (Vec::with_capacity(self.staged.len()), 0);
-        for st in std::mem::take(&mut self.staged) {
-            let id = self.ids[st.index];
-            let meta_end = st.at + st.metadata_size as usize;
-            let metadata = &self.staging[st.at..meta_end];
-            let data = &self.staging[meta_end..meta_end + st.data_size as usize];
-            let arena = &self.arena;
-            let (guard, created) = c.shared.with_room(sh, |sh| {
-                sh.spill_for(st.data_size, st.metadata_size).and_then(|()| {
-                    sh.store
-                        .create_sealed(id, st.data_size, st.metadata_size, now, |loc| {
-                            arena.write(loc.metadata_offset(), metadata);
-                            arena.write(loc.offset, data);
-                        })
-                })
-            });
-            sh = guard;
-            self.outcomes[st.index] = match created {
-                Ok(f) => {
-                    fx.extend(f);
-                    landed.push(id);
-                    bytes += st.data_size;
-                    Outcome::Here
-                }
-                // Made here meanwhile (another pull, a local create): the
-                // gets take that one.
-                Err(StoreError::ObjectExists(_)) => Outcome::Here,
-                Err(e) => refusal(id, &e),
-            };
-        }
-        (sh, landed, bytes)
+        let ids: Vec<ObjectId> = self.frame.drain(..).map(|(i, _)| self.ids[i]).collect();
+        self.cluster.store.abort(&ids);
     }
 }
 
 /// The error the gets of `id` hear when this store has no room for it.
 fn refusal(id: ObjectId, e: &StoreError) -> Outcome {
-    let mut refusal = crate::convert::error(e);
+    let mut refusal = store_error(e);
     refusal.message = format!("no room here for a copy of {id}: {e}");
     Outcome::Refused(refusal)
 }
@@ -175,26 +129,23 @@ impl Landing for StoreLanding<'_> {
             stage.push(small);
         }
         let mut places: Vec<Option<Location>> = Vec::with_capacity(objects.len());
-        if stage.iter().any(|s| !s) {
-            let mut sh = c.shared.lock();
-            let mut effects = Effects::default();
-            for (a, _) in objects.iter().zip(&stage).filter(|(_, s)| !**s) {
-                let id = self.ids[a.index];
-                let meta = a.metadata.len() as u64;
-                let (guard, created) = c.shared.with_room(sh, |sh| {
-                    if sh.store.exists(&id) {
-                        Err(StoreError::ObjectExists(id))
-                    } else {
-                        sh.spill_for(a.data_size, meta).and_then(|()| {
-                            sh.store.create(c.agent, id, a.data_size, meta, now_us())
-                        })
-                    }
-                });
-                sh = guard;
+        let unstaged: Vec<(&Arrival<'_>, NewObject<'_>)> = (objects.iter().zip(&stage))
+            .filter(|(_, s)| !**s)
+            .map(|(a, _)| {
+                let new = NewObject {
+                    id: self.ids[a.index],
+                    data_size: a.data_size,
+                    metadata: a.metadata,
+                };
+                (a, new)
+            })
+            .collect();
+        if !unstaged.is_empty() {
+            let new: Vec<NewObject<'_>> = unstaged.iter().map(|(_, n)| *n).collect();
+            let created = c.store.allocate(&new);
+            for ((a, n), created) in unstaged.iter().zip(created) {
                 match created {
-                    Ok((loc, fx)) => {
-                        sh.arena.write(loc.metadata_offset(), a.metadata);
-                        effects.extend(fx);
+                    Ok(loc) => {
                         self.frame.push((a.index, loc));
                         places.push(Some(loc));
                     }
@@ -205,20 +156,20 @@ impl Landing for StoreLanding<'_> {
                         places.push(None);
                     }
                     Err(e) => {
-                        self.outcomes[a.index] = refusal(id, &e);
+                        self.outcomes[a.index] = refusal(n.id, &e);
                         places.push(None);
                     }
                 }
             }
-            sh.deliver(effects);
         }
         let Self {
-            arena,
+            memory,
             staging,
             staged,
             ..
         } = self;
-        let (arena, mut rest): (&'s Arc<Arena>, &'s mut [u8]) = (arena, staging.as_mut_slice());
+        let (memory, mut rest): (&'s Arc<dyn Memory>, &'s mut [u8]) =
+            (memory, staging.as_mut_slice());
         let mut staged = staged.iter();
         let mut places = places.into_iter();
         objects
@@ -242,7 +193,7 @@ impl Landing for StoreLanding<'_> {
                 places
                     .next()
                     .flatten()
-                    .map(|l| unsafe { arena.region_mut(l.offset, a.data_size) })
+                    .map(|l| unsafe { memory.region_mut(l.offset, a.data_size) })
             })
             .collect()
     }
@@ -252,38 +203,46 @@ impl Landing for StoreLanding<'_> {
             return;
         }
         let c = self.cluster;
-        let mut objects = 0u64;
-        let mut bytes = 0u64;
-        {
-            let sh = c.shared.lock();
-            if let Some(table) = sh.fast.clone() {
-                let ids: Vec<ObjectId> = (self.frame.iter().map(|(i, _)| *i))
-                    .chain(self.staged.iter().map(|s| s.index))
-                    .map(|i| self.ids[i])
-                    .collect();
-                table.prefetch(&ids);
-            }
-            let now = now_us();
-            let mut fx = Effects::default();
-            let (mut sh, mut landed, staged_bytes) = self.land_staged(sh, now, &mut fx);
-            bytes += staged_bytes;
-            for (i, loc) in self.frame.drain(..) {
-                let id = self.ids[i];
-                if let Ok(sealed) = sh.store.seal(c.agent, id, now) {
-                    fx.extend(sealed);
-                    landed.push(id);
-                    bytes += loc.data_size;
+        let staged = std::mem::take(&mut self.staged);
+        let received: Vec<Received<'_>> = staged
+            .iter()
+            .map(|st| {
+                let meta_end = st.at + st.metadata_size as usize;
+                Received {
+                    id: self.ids[st.index],
+                    metadata: &self.staging[st.at..meta_end],
+                    data: &self.staging[meta_end..meta_end + st.data_size as usize],
                 }
-                fx.extend(sh.store.release(c.agent, id).unwrap_or_default());
-                self.outcomes[i] = Outcome::Here;
-            }
+            })
+            .collect();
+        let frame: Vec<(usize, Location)> = self.frame.drain(..).collect();
+        let allocated: Vec<ObjectId> = frame.iter().map(|(i, _)| self.ids[*i]).collect();
+        // Copies, for the agent that hears of their seals (an id made here
+        // meanwhile is not one): recorded before the seals are delivered to
+        // it.
+        let mut objects = 0u64;
+        let (created, sealed) = c.store.land(&received, &allocated, &mut |landed| {
             objects += landed.len() as u64;
-            // Copies, for the agent that hears of their seals (an id made
-            // here meanwhile is not one): recorded before the seals are
-            // delivered to it, below.
-            lock(&c.cached).landed(landed);
-            // One delivery for the frame: the notices go out together.
-            sh.deliver(fx);
+            lock(&c.cached).landed(landed.iter().copied());
+        });
+        let mut bytes = 0u64;
+        for (st, created) in staged.iter().zip(created) {
+            self.outcomes[st.index] = match created {
+                Ok(()) => {
+                    bytes += st.data_size;
+                    Outcome::Here
+                }
+                // Made here meanwhile (another pull, a local create): the
+                // gets take that one.
+                Err(StoreError::ObjectExists(_)) => Outcome::Here,
+                Err(e) => refusal(self.ids[st.index], &e),
+            };
+        }
+        for ((i, loc), sealed) in frame.into_iter().zip(sealed) {
+            if sealed {
+                bytes += loc.data_size;
+            }
+            self.outcomes[i] = Outcome::Here;
         }
         c.counters.fetches.fetch_add(objects, Ordering::Relaxed);
         c.counters.fetched_bytes.fetch_add(bytes, Ordering::Relaxed);

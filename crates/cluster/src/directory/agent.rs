@@ -9,9 +9,13 @@
 //! for as long as that owner is alive; once it is declared dead, the
 //! re-registration with the new owners covers what it missed.
 
-use super::copies::Copies;
-use super::ring::Ring;
-use super::{lock, pb, Cluster};
+use crate::cluster::Cluster;
+use crate::directory::ring::Ring;
+use crate::pb;
+use crate::peers::retry;
+use crate::sync::lock;
+use crate::transfer::copies::Copies;
+use crate::wire::MAX_OPS;
 use backon::Retryable;
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{EventKind, Notice};
@@ -24,9 +28,6 @@ use tokio::time::Instant;
 
 /// Most events folded into one round of updates.
 const BATCH: usize = 4096;
-
-/// Most operations in one `Update` (the peer service refuses more).
-pub const MAX_OPS: usize = 16_384;
 
 /// How long after one update the next may go out when it only announces
 /// cached copies. A reader that pulls objects one at a time (each get a
@@ -72,17 +73,7 @@ pub async fn run(cluster: Arc<Cluster>, mut events: mpsc::UnboundedReceiver<Noti
         }
         send(&cluster, ops, None).await;
         // Sent (or their owner died): claims of these ids may go on.
-        {
-            let mut sh = cluster.shared.lock();
-            for id in ids {
-                if let Some(n) = sh.agent_pending.get_mut(&id) {
-                    *n -= 1;
-                    if *n == 0 {
-                        sh.agent_pending.remove(&id);
-                    }
-                }
-            }
-        }
+        cluster.store.updates_sent(&ids);
         cluster.updates_sent.notify_waiters();
     }
 }
@@ -186,11 +177,13 @@ fn plan(cluster: &Cluster, batch: Vec<Notice>) -> (BTreeMap<String, Vec<pb::Op>>
     let primary = |op: &pb::Op| op.kind == pb::OpKind::SealedPrimary as i32;
     if ops.iter().any(|(_, op)| primary(op)) {
         // A primary copy's version: when it was sealed (0 if gone).
-        let sh = cluster.shared.lock();
-        for (id, op) in &mut ops {
-            if primary(op) {
-                op.version = sh.store.sealed_at_us(id).map_or(0, |t| t.max(0) as u64);
-            }
+        let asked: Vec<ObjectId> = (ops.iter())
+            .filter(|(_, op)| primary(op))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut sealed = cluster.store.sealed_at(&asked).into_iter();
+        for (_, op) in ops.iter_mut().filter(|(_, op)| primary(op)) {
+            op.version = sealed.next().flatten().map_or(0, |t| t.max(0) as u64);
         }
     }
     let ids = ops.iter().map(|(id, _)| *id).collect();
@@ -279,7 +272,7 @@ async fn deliver(
         // ops, nothing to retry).
         return Ok(c.apply_update(&c.me, ops, rejoin, synced_ring));
     }
-    let backoff = super::retry::builder(Duration::from_millis(20), Duration::from_secs(1));
+    let backoff = retry::builder(Duration::from_millis(20), Duration::from_secs(1));
     let refused = (|| c.update_at(target, &c.me, ops.to_vec(), rejoin, synced_ring))
         .retry(backoff)
         .when(|e| {
@@ -307,10 +300,8 @@ async fn reregister(cluster: &Arc<Cluster>) {
     let (list, mut claims) = {
         // Under the store's lock, so that a create that lands now is either
         // in the list or still a granted claim (re-claimed below).
-        let sh = cluster.shared.lock();
-        let list = sh.store.list();
         let mut granted = lock(&cluster.granted);
-        granted.retain(|id| !sh.store.exists(id));
+        let list = cluster.store.list(Some(&mut granted));
         (list, granted.iter().copied().collect::<Vec<_>>())
     };
     let mut ops: BTreeMap<String, Vec<pb::Op>> = ring
@@ -449,8 +440,8 @@ mod tests {
     /// here once the copy's deletion is handled is a primary.
     #[test]
     fn a_copy_pulled_again_before_its_eviction_is_heard_stays_a_copy() {
-        let rt = super::super::test_runtime();
-        let c = super::super::test_member(
+        let rt = crate::testkit::runtime();
+        let c = crate::testkit::member(
             &rt,
             vec![],
             Duration::from_millis(50),

@@ -1,7 +1,7 @@
 //! The cluster token: checked on every gRPC call (an interceptor) and on
 //! every bulk connection; refusals are logged at most once per 10 s.
 
-use crate::rate_log::RateLimited;
+use crate::net::rate_log::RateLimited;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 

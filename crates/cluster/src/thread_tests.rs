@@ -1,20 +1,22 @@
 //! The cluster runs on its own thread: a store thread that is busy (here:
 //! never driven again after start) does not stop heartbeats.
 
-use super::{lock, Cluster};
+use crate::cluster::Cluster;
+use crate::sync::lock;
+use crate::testkit::runtime;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PEER_TIMEOUT: Duration = Duration::from_millis(600);
 
 fn member(rt: &tokio::runtime::Runtime, peers: Vec<String>) -> Arc<Cluster> {
-    super::test_member(rt, peers, Duration::from_millis(100), PEER_TIMEOUT)
+    crate::testkit::member(rt, peers, Duration::from_millis(100), PEER_TIMEOUT)
 }
 
 #[test]
 fn a_busy_store_thread_does_not_stop_heartbeats() {
     // B's store thread runs normally.
-    let rt_b = super::test_runtime();
+    let rt_b = runtime();
     let b = member(&rt_b, vec![]);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let driver = std::thread::spawn(move || {
@@ -22,7 +24,7 @@ fn a_busy_store_thread_does_not_stop_heartbeats() {
     });
     // A's store thread is never driven again after the start: as if it
     // were busy for good (a long batched get, a list of every object).
-    let rt_a = super::test_runtime();
+    let rt_a = runtime();
     let a = member(&rt_a, vec![b.me().to_string()]);
     let alive = || lock(&b.membership).is_alive(a.me());
     let t = Instant::now();
@@ -53,11 +55,11 @@ fn a_busy_store_thread_does_not_stop_heartbeats() {
 /// nothing yet, and one id came to name two objects: the nemesis found it).
 #[test]
 fn a_member_that_has_not_met_its_peers_grants_no_claim() {
-    let rt = super::test_runtime();
+    let rt = runtime();
     // Named a peer that never answers: not settled for a peer timeout.
     let fresh = member(&rt, vec!["127.0.0.1:9".into()]);
     let asker = member(&rt, vec![]);
-    let msg = super::pb::ClaimRequest {
+    let msg = crate::pb::ClaimRequest {
         node: asker.me().to_string(),
         object_ids: ferroplasma_protocol::ObjectId::random().0.to_vec(),
         ..Default::default()

@@ -1,5 +1,5 @@
 //! The store's side of the object table in shared memory
-//! (`ferroplasma_protocol::table`, docs/protocol.md "Reads without a round
+//! (`ferroplasma_protocol::shared_table`, docs/protocol.md "Reads without a round
 //! trip"): publishes each sealed, in-memory object in a slot clients read
 //! without asking; before the store frees, evicts, spills or deletes an
 //! object it retires the slot and adopts the holds clients took on it.
@@ -12,7 +12,7 @@
 
 use crate::arena::Arena;
 use crate::DaemonError;
-use ferroplasma_protocol::table::{self, Header, Slot, SLOT_BYTES};
+use ferroplasma_protocol::shared_table::{self, Header, Slot, SLOT_BYTES};
 use ferroplasma_protocol::{IdHasher, ObjectId};
 use ferroplasma_store::{ClientId, Location, Readers};
 use memmap2::MmapRaw;
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 /// The published objects and every client's holds.
 #[derive(Debug)]
-pub struct FastTable {
+pub struct SharedTable {
     table: Arena,
     /// The read-only descriptor every client gets.
     read_only: OwnedFd,
@@ -49,7 +49,7 @@ struct State {
     /// into `answered` so far.
     counted: HashMap<ClientId, TableAnswers>,
     /// Requests answered from the table not yet taken by
-    /// [`FastTable::take_answered`].
+    /// [`SharedTable::take_answered`].
     answered: TableAnswers,
 }
 
@@ -64,10 +64,10 @@ pub struct TableAnswers {
     pub releases: u64,
 }
 
-impl FastTable {
-    /// A table of `slots` slots (at least [`table::PROBES`]).
+impl SharedTable {
+    /// A table of `slots` slots (at least [`shared_table::PROBES`]).
     pub fn create(slots: usize) -> Result<Self, DaemonError> {
-        let slots = slots.max(table::PROBES);
+        let slots = slots.max(shared_table::PROBES);
         let table = Arena::create_store_writable(((slots + 1) * SLOT_BYTES) as u64)?;
         // Backed now (16 MiB by default, a few ms at start): every seal
         // publishes into a random slot, and a first touch of its page would
@@ -93,8 +93,9 @@ impl FastTable {
         let h = t.header();
         h.slots.store(slots as u64, Ordering::Relaxed);
         h.key.store(key, Ordering::Relaxed);
-        h.features.store(table::FEATURE_REACH, Ordering::Relaxed);
-        h.magic.store(table::MAGIC, Ordering::Release);
+        h.features
+            .store(shared_table::FEATURE_REACH, Ordering::Relaxed);
+        h.magic.store(shared_table::MAGIC, Ordering::Release);
         Ok(t)
     }
 
@@ -108,9 +109,9 @@ impl FastTable {
         let st = self.lock();
         let slots = self.slots();
         for id in ids {
-            let i = table::home(&table::id_words(id), self.key, self.slots);
-            table::prefetch(slots[i].seq.as_ptr());
-            table::prefetch(&st.taken[i]);
+            let i = shared_table::home(&shared_table::id_words(id), self.key, self.slots);
+            shared_table::prefetch(slots[i].seq.as_ptr());
+            shared_table::prefetch(&st.taken[i]);
         }
     }
 
@@ -139,7 +140,7 @@ impl FastTable {
     }
 
     fn ring_of(region: &MmapRaw, slots: usize) -> (&AtomicU64, &[AtomicU32]) {
-        let at = table::ring_offset(slots);
+        let at = shared_table::ring_offset(slots);
         // Safety: as for `holds_of`: the head (8 bytes, 64-byte aligned)
         // and `RING` u32s lie inside the region (`holds_region_len`), and
         // atomics are valid for any bytes the client writes.
@@ -147,7 +148,7 @@ impl FastTable {
             let base = region.as_ptr().add(at);
             (
                 &*(base as *const AtomicU64),
-                std::slice::from_raw_parts(base.add(8) as *const AtomicU32, table::RING),
+                std::slice::from_raw_parts(base.add(8) as *const AtomicU32, shared_table::RING),
             )
         }
     }
@@ -167,18 +168,13 @@ impl FastTable {
         self.slots
     }
 
-    /// Whether the table has no slots (never: at least `PROBES`).
-    pub fn is_empty(&self) -> bool {
-        self.slots == 0
-    }
-
     /// Creates `client`'s holds region; returns its descriptor, the only
     /// one: the store keeps just the mapping, so a client costs the store
     /// one descriptor (its socket) once the handshake is sent.
     pub fn add_client(&self, client: ClientId) -> Result<OwnedFd, DaemonError> {
         // Sealed against resizing: a client that truncated it would fault
         // the store's next read of it.
-        let region = Arena::create_fixed_size(table::holds_region_len(self.slots) as u64)?;
+        let region = Arena::create_fixed_size(shared_table::holds_region_len(self.slots) as u64)?;
         let (file, map) = region.into_parts();
         self.lock().holds.insert(client, (Arc::new(map), 0));
         Ok(OwnedFd::from(file))
@@ -234,21 +230,16 @@ impl FastTable {
         // (64-byte aligned) lie inside the region (`holds_region_len`).
         let counts = unsafe {
             std::slice::from_raw_parts(
-                region.as_ptr().add(table::counts_offset(slots)) as *const AtomicU64,
-                table::COUNTS,
+                region.as_ptr().add(shared_table::counts_offset(slots)) as *const AtomicU64,
+                shared_table::COUNTS,
             )
         };
         let (head, _) = Self::ring_of(region, slots);
         TableAnswers {
-            gets: counts[table::COUNT_GET].load(Ordering::Relaxed),
-            contains: counts[table::COUNT_CONTAINS].load(Ordering::Relaxed),
+            gets: counts[shared_table::COUNT_GET].load(Ordering::Relaxed),
+            contains: counts[shared_table::COUNT_CONTAINS].load(Ordering::Relaxed),
             releases: head.load(Ordering::Relaxed),
         }
-    }
-
-    /// Objects published now.
-    pub fn published(&self) -> usize {
-        self.lock().index.len()
     }
 
     /// The clients' holds regions as they are now, to be scanned without
@@ -285,8 +276,8 @@ impl HoldScan {
     pub fn held_slots(&self) -> Vec<usize> {
         let mut held = vec![false; self.slots];
         for region in &self.regions {
-            for (i, h) in FastTable::holds_of(region, self.slots).iter().enumerate() {
-                if table::held(h) > 0 {
+            for (i, h) in SharedTable::holds_of(region, self.slots).iter().enumerate() {
+                if shared_table::held(h) > 0 {
                     held[i] = true;
                 }
             }
@@ -298,15 +289,15 @@ impl HoldScan {
     }
 }
 
-impl Readers for FastTable {
+impl Readers for SharedTable {
     fn readable(&self, id: ObjectId, loc: Location) {
         let mut st = self.lock();
         if st.index.contains_key(&id) {
             return;
         }
-        let words = table::id_words(&id);
-        let home = table::home(&words, self.key, self.slots);
-        let Some((k, i)) = table::window_from(home, self.slots)
+        let words = shared_table::id_words(&id);
+        let home = shared_table::home(&words, self.key, self.slots);
+        let Some((k, i)) = shared_table::window_from(home, self.slots)
             .enumerate()
             .find(|&(_, i)| st.taken[i].is_none())
         else {
@@ -334,7 +325,7 @@ impl Readers for FastTable {
         self.slots()[i].retire();
         let mut adopted = Vec::new();
         for (&client, (region, _)) in &st.holds {
-            let n = table::adopt(&Self::holds_of(region, self.slots)[i]);
+            let n = shared_table::adopt(&Self::holds_of(region, self.slots)[i]);
             if n > 0 {
                 adopted.push((client, n));
             }
@@ -364,7 +355,9 @@ impl Readers for FastTable {
             let n: u64 = st
                 .holds
                 .values()
-                .map(|(region, _)| u64::from(table::held(&Self::holds_of(region, self.slots)[i])))
+                .map(|(region, _)| {
+                    u64::from(shared_table::held(&Self::holds_of(region, self.slots)[i]))
+                })
                 .sum();
             if n > 0 {
                 out.push((*id, n));
@@ -379,7 +372,7 @@ impl Readers for FastTable {
         let mut out = Vec::new();
         for (region, tail) in st.holds.values_mut() {
             let (head, ring) = Self::ring_of(region, self.slots);
-            let (slots, next) = table::drain_releases(head, ring, *tail, self.slots);
+            let (slots, next) = shared_table::drain_releases(head, ring, *tail, self.slots);
             *tail = next;
             out.extend(slots.into_iter().filter_map(|i| st.taken[i]));
         }
@@ -401,11 +394,11 @@ mod tests {
     }
 
     /// `n` ids whose home is the same slot of `t`, and that slot.
-    fn colliding(t: &FastTable, n: usize) -> (usize, Vec<ObjectId>) {
+    fn colliding(t: &SharedTable, n: usize) -> (usize, Vec<ObjectId>) {
         let mut by_home: HashMap<usize, Vec<ObjectId>> = HashMap::new();
         loop {
             let id = ObjectId::random();
-            let h = table::home(&table::id_words(&id), t.key, t.slots);
+            let h = shared_table::home(&shared_table::id_words(&id), t.key, t.slots);
             let ids = by_home.entry(h).or_default();
             ids.push(id);
             if ids.len() == n {
@@ -415,33 +408,33 @@ mod tests {
     }
 
     /// The id whose home is `h` (a fresh one).
-    fn homed_at(t: &FastTable, h: usize) -> ObjectId {
+    fn homed_at(t: &SharedTable, h: usize) -> ObjectId {
         loop {
             let id = ObjectId::random();
-            if table::home(&table::id_words(&id), t.key, t.slots) == h {
+            if shared_table::home(&shared_table::id_words(&id), t.key, t.slots) == h {
                 return id;
             }
         }
     }
 
-    fn reach(t: &FastTable, h: usize) -> u32 {
+    fn reach(t: &SharedTable, h: usize) -> u32 {
         t.slots()[h].read().expect("a quiet slot").reach
     }
 
     #[test]
     fn a_home_reaches_exactly_as_far_as_its_furthest_object() {
-        let t = FastTable::create(table::PROBES).expect("a table");
+        let t = SharedTable::create(shared_table::PROBES).expect("a table");
         let holds: Vec<AtomicU32> = (0..t.slots).map(|_| AtomicU32::new(0)).collect();
         let findable = |id: &ObjectId| {
             matches!(
-                table::take(t.slots(), &holds, t.key, id, true),
-                table::Take::Held(..)
+                shared_table::take(t.slots(), &holds, t.key, id, true),
+                shared_table::Take::Held(..)
             )
         };
         let features = t.header().features.load(Ordering::Relaxed);
         assert_eq!(
-            features & table::FEATURE_REACH,
-            table::FEATURE_REACH,
+            features & shared_table::FEATURE_REACH,
+            shared_table::FEATURE_REACH,
             "says it keeps reaches"
         );
         let (h, ids) = colliding(&t, 3);
@@ -480,7 +473,7 @@ mod tests {
     /// the table are not.
     #[test]
     fn reaches_stay_exact_with_a_hundred_thousand_objects() {
-        let t = FastTable::create(1 << 17).expect("a table");
+        let t = SharedTable::create(1 << 17).expect("a table");
         let holds: Vec<AtomicU32> = (0..t.slots).map(|_| AtomicU32::new(0)).collect();
         let ids: Vec<ObjectId> = (0..100_000).map(|_| ObjectId::random()).collect();
         for (k, id) in ids.iter().enumerate() {
@@ -493,7 +486,7 @@ mod tests {
                 let Some(&i) = st.index.get(id) else {
                     continue; // its window was full: not published
                 };
-                let h = table::home(&table::id_words(id), t.key, t.slots);
+                let h = shared_table::home(&shared_table::id_words(id), t.key, t.slots);
                 let k = st.distance[i] as u32;
                 assert_eq!((h + k as usize) % t.slots, i);
                 furthest[h] = furthest[h].max(k + 1);
@@ -506,11 +499,11 @@ mod tests {
             let found = live
                 .iter()
                 .filter(|id| {
-                    let took = table::take(t.slots(), &holds, t.key, id, true);
-                    if let table::Take::Held(i, _) = took {
+                    let took = shared_table::take(t.slots(), &holds, t.key, id, true);
+                    if let shared_table::Take::Held(i, _) = took {
                         holds[i].store(0, Ordering::Relaxed);
                     }
-                    matches!(took, table::Take::Held(..))
+                    matches!(took, shared_table::Take::Held(..))
                 })
                 .count();
             assert_eq!(found, published);
@@ -519,8 +512,8 @@ mod tests {
             assert!(published * 100 >= live.len() * 95, "{published} published");
             for _ in 0..1000 {
                 let absent = ObjectId::random();
-                let took = table::take(t.slots(), &holds, t.key, &absent, true);
-                assert_eq!(took, table::Take::Absent);
+                let took = shared_table::take(t.slots(), &holds, t.key, &absent, true);
+                assert_eq!(took, shared_table::Take::Absent);
             }
         };
         check(&ids);
@@ -537,10 +530,10 @@ mod tests {
 
     /// The client's side of the holds region of `client`, mapped from the
     /// descriptor the store hands it.
-    fn client_counts(t: &FastTable, client: ClientId) -> (MmapRaw, usize) {
+    fn client_counts(t: &SharedTable, client: ClientId) -> (MmapRaw, usize) {
         let fd = t.add_client(client).unwrap();
         let map = MmapOptions::new()
-            .len(table::holds_region_len(t.slots))
+            .len(shared_table::holds_region_len(t.slots))
             .map_raw(&File::from(fd))
             .unwrap();
         (map, t.slots)
@@ -549,30 +542,33 @@ mod tests {
     fn write(map: &MmapRaw, slots: usize, which: usize, v: u64) {
         // Safety: inside the region (`holds_region_len`), 8-aligned.
         let c = unsafe {
-            &*(map.as_ptr().add(table::counts_offset(slots) + 8 * which) as *const AtomicU64)
+            &*(map
+                .as_ptr()
+                .add(shared_table::counts_offset(slots) + 8 * which)
+                as *const AtomicU64)
         };
         c.store(v, Ordering::Relaxed);
     }
 
     #[test]
     fn counts_only_grow_and_outlive_their_client() {
-        let t = FastTable::create(64).unwrap();
+        let t = SharedTable::create(64).unwrap();
         let (a, slots) = client_counts(&t, 1);
         let (b, _) = client_counts(&t, 2);
-        write(&a, slots, table::COUNT_GET, 10);
-        write(&b, slots, table::COUNT_CONTAINS, 4);
+        write(&a, slots, shared_table::COUNT_GET, 10);
+        write(&b, slots, shared_table::COUNT_CONTAINS, 4);
         let got = t.take_answered();
         assert_eq!((got.gets, got.contains, got.releases), (10, 4, 0));
         // Taken: nothing new.
         assert_eq!(t.take_answered(), TableAnswers::default());
         // A client that writes its count down, then up to where it was,
         // adds nothing; beyond it, the growth.
-        write(&a, slots, table::COUNT_GET, 0);
+        write(&a, slots, shared_table::COUNT_GET, 0);
         assert_eq!(t.take_answered().gets, 0);
-        write(&a, slots, table::COUNT_GET, 12);
+        write(&a, slots, shared_table::COUNT_GET, 12);
         assert_eq!(t.take_answered().gets, 2);
         // What a client counted before it went is kept.
-        write(&b, slots, table::COUNT_CONTAINS, 9);
+        write(&b, slots, shared_table::COUNT_CONTAINS, 9);
         t.remove_client(2);
         assert_eq!(t.take_answered().contains, 5);
     }

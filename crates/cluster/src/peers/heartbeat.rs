@@ -5,8 +5,11 @@
 //! Joining is the same mechanism: `--join HOST:PORT` makes that member
 //! known, its answer names the others, and their answers name this one.
 
-use super::service::{member_of, member_pb};
-use super::{lock, pb, Cluster};
+use crate::cluster::Cluster;
+use crate::pb;
+use crate::peers::token;
+use crate::sync::lock;
+use crate::wire::{member_of, member_pb};
 use std::sync::Arc;
 
 /// Runs until the task is dropped.
@@ -27,7 +30,7 @@ pub async fn run(cluster: Arc<Cluster>) {
                     Ok(r) => c.heard(member_of(r.from), &r.known),
                     Err(e) if e.code() == tonic::Code::Unauthenticated => {
                         lock(&c.membership).refused(&addr);
-                        super::token::refused_heartbeat(&addr);
+                        token::refused_heartbeat(&addr);
                     }
                     Err(e) => tracing::trace!(member = %addr, error = %e, "no heartbeat answer"),
                 }

@@ -19,10 +19,15 @@
 //! owner waits until any of them is sealed or lost, and what is sealed is
 //! pulled at once.
 
-use super::directory::State;
-use super::landing::{Outcome, StoreLanding};
-use super::transport::{TransferError, LOOKUP, MAX_PULL_IDS, PULL};
-use super::{lock, pb, wire_error, Cluster, Completion, Completions, Inflight};
+use crate::cluster::{Cluster, Completion, Completions, Inflight};
+use crate::directory::table::State;
+use crate::pb;
+use crate::peers::retry;
+use crate::sync::lock;
+use crate::transfer::codec::{LOOKUP, MAX_PULL_IDS, PULL};
+use crate::transfer::landing::{Outcome, StoreLanding};
+use crate::transfer::transport::TransferError;
+use crate::wire::{wire_error, MAX_LOOKUP_WAIT};
 use ferroplasma_protocol::pb as wire;
 use ferroplasma_protocol::ObjectId;
 use std::collections::{BTreeMap, HashMap};
@@ -38,7 +43,7 @@ const RETRY: Duration = Duration::from_millis(100);
 /// Pauses between retries of one fetch: exponential from 10 ms to 1 s, with
 /// jitter.
 fn backoff() -> impl Iterator<Item = Duration> {
-    super::retry::backoff(Duration::from_millis(10), Duration::from_secs(1))
+    retry::backoff(Duration::from_millis(10), Duration::from_secs(1))
 }
 
 /// A member holding copies: its name and bulk address.
@@ -127,17 +132,19 @@ impl Cluster {
     /// get that wants one of them afterwards starts a fetch of its own.
     fn prune(&self, ids: &mut Vec<ObjectId>) -> Option<Instant> {
         let mut longest: Option<Option<Instant>> = None;
-        let sh = self.shared.lock();
         let mut inflight = lock(&self.inflight);
+        let here = self.store.exists(ids);
+        let mut here = here.into_iter();
         let now = Instant::now();
         ids.retain(|id| {
+            let here = here.next().unwrap_or(false);
             let wanted = inflight.get(id).and_then(|f| {
                 let live =
                     !f.waiters.iter().all(|w| w.is_closed()) && f.deadline.is_none_or(|d| d > now);
                 live.then_some(f.deadline)
             });
             match wanted {
-                Some(d) if !sh.store.exists(id) => {
+                Some(d) if !here => {
                     longest = Some(match (longest, d) {
                         (Some(Some(a)), Some(b)) => Some(a.max(b)),
                         (None, d) => d,
@@ -222,7 +229,7 @@ impl Cluster {
         let wait = if at_once {
             Duration::ZERO
         } else {
-            deadline.map_or(super::ops::MAX_LOOKUP_WAIT, |d| {
+            deadline.map_or(MAX_LOOKUP_WAIT, |d| {
                 d.saturating_duration_since(Instant::now())
             })
         };
@@ -537,9 +544,8 @@ impl Cluster {
     /// Pulls `ids` from one holder in one request of `kind`; an outcome
     /// per id.
     async fn pull_from(&self, holder: &Holder, kind: u8, ids: &[ObjectId]) -> Vec<Outcome> {
-        let arena = self.shared.lock().arena.clone();
         self.counters.pulls.fetch_add(1, Ordering::Relaxed);
-        let mut landing = StoreLanding::new(self, arena, ids);
+        let mut landing = StoreLanding::new(self, ids);
         let r = self
             .transport
             .pull(&holder.1, kind, ids, &mut landing)

@@ -1,19 +1,16 @@
 //! The gRPC `Peer` service: what other members ask of this one.
 
-use super::membership::MemberInfo;
-use super::pb;
-use super::pb::peer_server::{Peer, PeerServer};
-use super::token::Check;
-use super::Cluster;
-use crate::guard::{self, Guard, Incoming};
+use crate::cluster::Cluster;
+use crate::net::guard::{self, Guard, Incoming};
+use crate::pb;
+use crate::pb::peer_server::{Peer, PeerServer};
+use crate::peers::token::Check;
+use crate::sync::lock;
+use crate::wire::{member_of, member_pb, MAX_IDS, MAX_LOOKUP_WAIT, MAX_OPS};
 use ferroplasma_protocol::{pack_ids, unpack_ids, ObjectId};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
-
-/// Most ids in one peer request.
-/// Most ids one peer request may carry.
-pub(super) const MAX_IDS: usize = 1 << 16;
 
 #[derive(Debug)]
 struct Service(Arc<Cluster>);
@@ -58,35 +55,10 @@ fn ids(packed: &[u8]) -> Result<Vec<ObjectId>, Status> {
     Ok(v)
 }
 
-pub(super) fn member_of(m: Option<pb::Member>) -> MemberInfo {
-    let m = m.unwrap_or_default();
-    MemberInfo {
-        addr: m.addr,
-        data_addr: m.data_addr,
-        incarnation: m.incarnation,
-        capacity: m.capacity,
-        used: m.used,
-        objects: m.objects,
-        directory_epoch: m.directory_epoch,
-    }
-}
-
-pub(super) fn member_pb(m: MemberInfo) -> pb::Member {
-    pb::Member {
-        addr: m.addr,
-        data_addr: m.data_addr,
-        incarnation: m.incarnation,
-        capacity: m.capacity,
-        used: m.used,
-        objects: m.objects,
-        directory_epoch: m.directory_epoch,
-    }
-}
-
 impl Cluster {
     /// This member and every member it knows (for gossip).
-    pub(super) fn known_with_me(&self) -> Vec<String> {
-        let mut k = super::lock(&self.membership).known();
+    pub(crate) fn known_with_me(&self) -> Vec<String> {
+        let mut k = lock(&self.membership).known();
         k.push(self.me.clone());
         k
     }
@@ -125,7 +97,7 @@ impl Peer for Service {
         req: Request<pb::UpdateRequest>,
     ) -> Result<Response<pb::UpdateReply>, Status> {
         let r = req.into_inner();
-        if r.ops.len() > super::agent::MAX_OPS.max(MAX_IDS) {
+        if r.ops.len() > MAX_OPS.max(MAX_IDS) {
             return Err(Status::invalid_argument("too many ops in one update"));
         }
         let refused = self
@@ -143,7 +115,7 @@ impl Peer for Service {
         let req_peer = req.remote_addr();
         let r = req.into_inner();
         let ids = ids(&r.object_ids)?;
-        let wait = Duration::from_millis(r.wait_ms.max(0) as u64).min(super::ops::MAX_LOOKUP_WAIT);
+        let wait = Duration::from_millis(r.wait_ms.max(0) as u64).min(MAX_LOOKUP_WAIT);
         let from = req_peer.map(|a| a.to_string()).unwrap_or_default();
         tracing::debug!(ids = ?ids, from, "lookup asked");
         let entries = self.0.lookup_local(&ids, wait, r.any).await;

@@ -22,7 +22,7 @@
 //! timeout needs a timer axum does not set). So this is the glue: a
 //! semaphore permit per connection and a timer in its reads and writes.
 
-use crate::rate_log::RateLimited;
+use crate::net::rate_log::RateLimited;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;

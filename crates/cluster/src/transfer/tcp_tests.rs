@@ -1,14 +1,25 @@
 //! The TCP transport on its own: a real listener and connection, a source
-//! over a real arena, a landing into plain buffers.
+//! over plain memory, a landing into plain buffers.
 
-use super::*;
+use crate::local::{Memory, Pinned, PinnedObject};
+use crate::testkit::{runtime, TestMemory};
+use crate::transfer::client::TcpTransport;
+use crate::transfer::codec::{Absent, Arrival, LOOKUP, MAX_PULL_IDS, PULL};
+use crate::transfer::server::serve_tcp;
+use crate::transfer::transport::{Landing, Source, TransferError, Transport};
+use ferroplasma_protocol::frame::MAX_INLINE_SIZE;
+use ferroplasma_protocol::ObjectId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 /// Objects laid out in an arena, served as a member would.
 #[derive(Debug)]
 struct ArenaSource {
-    arena: Arc<Arena>,
+    arena: Arc<TestMemory>,
     objects: HashMap<ObjectId, PinnedObject>,
     pins: Arc<AtomicU64>,
     served: AtomicU64,
@@ -46,7 +57,7 @@ impl Source for ArenaSource {
         }
         let (pins, n) = (self.pins.clone(), objects.len() as u64);
         Pinned {
-            arena: self.arena.clone(),
+            memory: self.arena.clone(),
             objects,
             copies,
             unpin: Some(Box::new(move || {
@@ -74,7 +85,7 @@ fn content(i: usize, len: usize) -> Vec<u8> {
 /// `sizes` objects (`None`: an id the source does not have).
 fn source(sizes: &[Option<usize>]) -> (Arc<ArenaSource>, Vec<ObjectId>) {
     let total: usize = sizes.iter().flatten().map(|s| s + 64 + 16).sum();
-    let arena = Arc::new(Arena::create((total as u64).max(4096), None, false).unwrap());
+    let arena = Arc::new(TestMemory::new(total.max(4096)));
     let mut objects = HashMap::new();
     let mut ids = Vec::new();
     let mut at = 0u64;
@@ -176,7 +187,7 @@ fn one_request_brings_thousands_of_objects_of_every_size_intact() {
         .collect();
     sizes.push(Some(40 << 20)); // several frames' worth in one object
     let (src, ids) = source(&sizes);
-    crate::cluster::test_runtime().block_on(async {
+    runtime().block_on(async {
         let addr = serve(src.clone()).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
@@ -215,7 +226,7 @@ fn one_request_brings_thousands_of_objects_of_every_size_intact() {
 fn objects_the_landing_refuses_are_skipped_and_the_rest_stay_in_step() {
     let sizes: Vec<Option<usize>> = (0..50).map(|i| Some(10_000 + 17 * i)).collect();
     let (src, ids) = source(&sizes);
-    crate::cluster::test_runtime().block_on(async {
+    runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding {
@@ -236,7 +247,7 @@ fn objects_the_landing_refuses_are_skipped_and_the_rest_stay_in_step() {
 #[test]
 fn a_wrong_token_or_an_oversized_request_gets_nothing() {
     let (src, ids) = source(&[Some(100)]);
-    crate::cluster::test_runtime().block_on(async {
+    runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("other".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
@@ -269,7 +280,7 @@ fn a_lookup_brings_what_is_here_and_the_entries_of_the_rest() {
         .map(|i| if i % 3 == 0 { None } else { Some(i) })
         .collect();
     let (src, ids) = source(&sizes);
-    crate::cluster::test_runtime().block_on(async {
+    runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();
@@ -295,7 +306,7 @@ fn a_lookup_brings_what_is_here_and_the_entries_of_the_rest() {
 fn an_object_whose_metadata_cannot_be_sent_is_refused_alone() {
     // The middle object's metadata is over the limit of a header block.
     let big = MAX_INLINE_SIZE as usize + 1;
-    let arena = Arc::new(Arena::create((big + 16384) as u64, None, false).unwrap());
+    let arena = Arc::new(TestMemory::new(big + 16384));
     let ids: Vec<ObjectId> = (0..3).map(|_| ObjectId::random()).collect();
     let mut objects = HashMap::new();
     let mut at = 0u64;
@@ -322,7 +333,7 @@ fn an_object_whose_metadata_cannot_be_sent_is_refused_alone() {
         pins: Arc::new(AtomicU64::new(0)),
         served: AtomicU64::new(0),
     });
-    crate::cluster::test_runtime().block_on(async {
+    runtime().block_on(async {
         let addr = serve(src).await;
         let t = TcpTransport::new("tok".into(), Duration::from_secs(5));
         let mut landing = VecLanding::default();

@@ -1,16 +1,33 @@
 //! Remote gets between in-process members whose state a test can reach
 //! into: what a fetch does when the directory is behind the stores.
 
-use super::super::{lock, Cluster};
-use crate::shared::now_us;
+use crate::cluster::Cluster;
+use crate::directory::agent;
+use crate::sync::lock;
+use crate::testkit::{member_with_store, runtime, TestStore};
 use ferroplasma_protocol::ObjectId;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn member(rt: &tokio::runtime::Runtime, peers: Vec<String>) -> Arc<Cluster> {
+/// A member and its store.
+struct Member {
+    cluster: Arc<Cluster>,
+    store: Arc<TestStore>,
+}
+
+impl std::ops::Deref for Member {
+    type Target = Arc<Cluster>;
+
+    fn deref(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+}
+
+fn member(rt: &tokio::runtime::Runtime, peers: Vec<String>) -> Member {
     let beat = Duration::from_millis(50);
-    super::super::test_member(rt, peers, beat, Duration::from_secs(2))
+    let (cluster, store) = member_with_store(rt, peers, beat, Duration::from_secs(2));
+    Member { cluster, store }
 }
 
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
@@ -23,7 +40,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 /// Two members, F and G (on `rts[0]` and `rts[1]`), once each sees the
 /// ring of both and has settled.
-fn two_members(rts: &[tokio::runtime::Runtime]) -> (Arc<Cluster>, Arc<Cluster>) {
+fn two_members(rts: &[tokio::runtime::Runtime]) -> (Member, Member) {
     let f = member(&rts[0], vec![]);
     let g = member(&rts[1], vec![f.me().to_string()]);
     eventually("a ring of two everywhere", || {
@@ -46,23 +63,13 @@ fn owned_by(c: &Cluster, owner: &str) -> ObjectId {
 
 /// Creates `id` sealed in `c`'s store with `bytes` (as a client's put
 /// would, its seal heard by the agent, who registers it).
-fn put(c: &Cluster, id: ObjectId, bytes: &[u8]) {
-    let mut sh = c.shared.lock();
-    let arena = sh.arena.clone();
-    let fx = sh
-        .store
-        .create_sealed(id, bytes.len() as u64, 0, now_us(), |loc| {
-            arena.write(loc.offset, bytes)
-        })
-        .expect("room");
-    sh.deliver(fx);
+fn put(c: &Member, id: ObjectId, bytes: &[u8]) {
+    c.store.put(id, bytes);
 }
 
 /// `id`'s data in `c`'s store, if it is sealed there.
-fn data(c: &Cluster, id: &ObjectId) -> Option<Vec<u8>> {
-    let sh = c.shared.lock();
-    let loc = sh.store.sealed_location(id)?;
-    Some(sh.arena.bytes(loc.offset, loc.data_size).to_vec())
+fn data(c: &Member, id: &ObjectId) -> Option<Vec<u8>> {
+    c.store.data(id)
 }
 
 fn holders(c: &Cluster, id: &ObjectId) -> Vec<String> {
@@ -81,7 +88,7 @@ fn holders(c: &Cluster, id: &ObjectId) -> Vec<String> {
 /// entry, with no lookup more and no wait.
 #[test]
 fn an_object_the_asked_member_no_longer_has_comes_from_its_other_holder() {
-    let rts: Vec<_> = (0..3).map(|_| super::super::test_runtime()).collect();
+    let rts: Vec<_> = (0..3).map(|_| runtime()).collect();
     let f = member(&rts[0], vec![]);
     let h = member(&rts[1], vec![f.me().to_string()]);
     let g = member(&rts[2], vec![f.me().to_string()]);
@@ -106,7 +113,7 @@ fn an_object_the_asked_member_no_longer_has_comes_from_its_other_holder() {
     // H loses its copy, and nobody hears of it (the effects that would
     // tell its agent are dropped): F's entry is now behind H's store.
     {
-        let mut sh = h.shared.lock();
+        let mut sh = h.store.lock();
         let (_, fx) = sh.store.delete(x);
         drop(fx);
         assert!(!sh.store.exists(&x));
@@ -140,7 +147,7 @@ fn an_object_the_asked_member_no_longer_has_comes_from_its_other_holder() {
 /// one the directory keeps) and is not counted as fetched.
 #[test]
 fn an_object_made_here_during_its_pull_stays_this_members_own() {
-    let rts: Vec<_> = (0..2).map(|_| super::super::test_runtime()).collect();
+    let rts: Vec<_> = (0..2).map(|_| runtime()).collect();
     let (f, g) = two_members(&rts);
     let x = owned_by(&f, f.me());
     let (theirs, ours) = (vec![2u8; 2000], vec![1u8; 2000]);
@@ -155,7 +162,7 @@ fn an_object_made_here_during_its_pull_stays_this_members_own() {
     {
         // G cannot pin anything while its state is held: F's pull waits
         // in G's answer.
-        let _held = g.shared.lock();
+        let _held = g.store.lock();
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         f.want(vec![x], None, tx);
         eventually("F's pull sent", || {
@@ -177,11 +184,11 @@ fn an_object_made_here_during_its_pull_stays_this_members_own() {
 /// A reader on F gets G's objects one at a time, each as soon as the one
 /// before is here. Their copies are announced to G (owner or backup of
 /// every id in a ring of two) in at most one update per
-/// [`agent::LINGER`](super::super::agent::LINGER), not one per get, and
+/// [`agent::LINGER`](agent::LINGER), not one per get, and
 /// every one of them is announced.
 #[test]
 fn copies_pulled_one_at_a_time_are_announced_together() {
-    let rts: Vec<_> = (0..2).map(|_| super::super::test_runtime()).collect();
+    let rts: Vec<_> = (0..2).map(|_| runtime()).collect();
     let (f, g) = two_members(&rts);
     let ids: Vec<ObjectId> = (0..60).map(|_| ObjectId::random()).collect();
     for (i, id) in ids.iter().enumerate() {
@@ -212,7 +219,7 @@ fn copies_pulled_one_at_a_time_are_announced_together() {
             .all(|id| holders(&f, id) == both && holders(&g, id) == both)
     });
     let sent = f.counters.updates.load(Ordering::Relaxed) - updates;
-    let linger = super::super::agent::LINGER;
+    let linger = agent::LINGER;
     let most = (took.as_micros() / linger.as_micros()) as u64 + 3;
     assert!(
         sent <= most,

@@ -1,10 +1,11 @@
 //! gRPC calls to other members: one lazily connected channel per member,
 //! the token attached to every call, and a deadline on each.
 
-use super::pb::peer_client::PeerClient;
-use super::token::Attach;
-use super::{lock, pb};
-use crate::DaemonError;
+use crate::error::ClusterError;
+use crate::pb;
+use crate::pb::peer_client::PeerClient;
+use crate::peers::token::Attach;
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -32,9 +33,9 @@ impl Peers {
         token: &str,
         timeout: Duration,
         rt: tokio::runtime::Handle,
-    ) -> Result<Self, DaemonError> {
+    ) -> Result<Self, ClusterError> {
         let value = token.parse().map_err(|_| {
-            DaemonError::BadConfig("--cluster-token must be printable ASCII".into())
+            ClusterError::BadConfig("--cluster-token must be printable ASCII".into())
         })?;
         Ok(Self {
             attach: Attach(value),

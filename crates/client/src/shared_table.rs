@@ -1,9 +1,9 @@
 //! The client's side of the object table in shared memory
-//! (`ferroplasma_protocol::table`): gets, contains and releases of sealed,
+//! (`ferroplasma_protocol::shared_table`): gets, contains and releases of sealed,
 //! local objects without a round trip to the store.
 
 use crate::error::{ClientError, Result};
-use ferroplasma_protocol::table::{self, Header, Slot, Take, SLOT_BYTES};
+use ferroplasma_protocol::shared_table::{self, Header, Slot, Take, SLOT_BYTES};
 use ferroplasma_protocol::ObjectId;
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 use std::fs::File;
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The table (mapped read-only) and this client's holds (read-write).
 #[derive(Debug)]
-pub(crate) struct FastView {
+pub(crate) struct TableView {
     table: MmapRaw,
     holds: MmapRaw,
     /// Per slot, a tag of the id this process holds there (this process
@@ -22,11 +22,11 @@ pub(crate) struct FastView {
     tags: MmapMut,
     slots: usize,
     key: u64,
-    /// Whether the store keeps the homes' reach (`table::FEATURE_REACH`).
+    /// Whether the store keeps the homes' reach (`shared_table::FEATURE_REACH`).
     reach: bool,
 }
 
-impl FastView {
+impl TableView {
     /// Maps the table and the holds the store sent with the handshake.
     pub fn map(table: OwnedFd, holds: OwnedFd, slots: u64) -> Result<Self> {
         let bad = |what: String| ClientError::Protocol(format!("the store's object table: {what}"));
@@ -40,7 +40,7 @@ impl FastView {
         // table in a few faults instead of one per 64 KiB it touches.
         let _ = table.advise(memmap2::Advice::HugePage);
         let holds = MmapOptions::new()
-            .len(table::holds_region_len(slots))
+            .len(shared_table::holds_region_len(slots))
             .map_raw(&File::from(holds))
             .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
         let tags = MmapMut::map_anon(slots.max(1) * 8)
@@ -54,7 +54,7 @@ impl FastView {
             reach: false,
         };
         let h = v.header();
-        if h.magic.load(Ordering::Acquire) != table::MAGIC
+        if h.magic.load(Ordering::Acquire) != shared_table::MAGIC
             || h.slots.load(Ordering::Relaxed) != slots as u64
         {
             return Err(bad("unknown layout".into()));
@@ -64,7 +64,7 @@ impl FastView {
             h.features.load(Ordering::Relaxed),
         );
         v.key = key;
-        v.reach = features & table::FEATURE_REACH != 0;
+        v.reach = features & shared_table::FEATURE_REACH != 0;
         Ok(v)
     }
 
@@ -95,8 +95,8 @@ impl FastView {
         unsafe { std::slice::from_raw_parts(self.holds.as_ptr() as *const AtomicU32, self.slots) }
     }
 
-    /// Counts one more request of kind `which` (`table::COUNT_GET`,
-    /// `table::COUNT_CONTAINS`) answered from the table, for the store's
+    /// Counts one more request of kind `which` (`shared_table::COUNT_GET`,
+    /// `shared_table::COUNT_CONTAINS`) answered from the table, for the store's
     /// metrics.
     pub fn count(&self, which: usize) {
         // Safety: `COUNTS` u64s at `counts_offset` (64-byte aligned) lie
@@ -104,11 +104,14 @@ impl FastView {
         // for any bytes, and the store reads them concurrently.
         let counts = unsafe {
             std::slice::from_raw_parts(
-                self.holds.as_ptr().add(table::counts_offset(self.slots)) as *const AtomicU64,
-                table::COUNTS,
+                self.holds
+                    .as_ptr()
+                    .add(shared_table::counts_offset(self.slots))
+                    as *const AtomicU64,
+                shared_table::COUNTS,
             )
         };
-        table::count(counts, which);
+        shared_table::count(counts, which);
     }
 
     fn tags(&self) -> &[AtomicU64] {
@@ -119,7 +122,7 @@ impl FastView {
 
     /// A 64-bit tag of `id`, never 0 (a keyed hash unlike the slot's).
     fn tag(&self, words: &[u64; 3]) -> u64 {
-        table::home(words, !self.key, usize::MAX) as u64 | 1
+        shared_table::home(words, !self.key, usize::MAX) as u64 | 1
     }
 
     /// Asks the CPU to start loading what taking holds on `ids` will touch
@@ -131,21 +134,21 @@ impl FastView {
     pub fn prefetch(&self, ids: &[ObjectId]) {
         let (slots, holds, tags) = (self.slots(), self.holds(), self.tags());
         for id in ids {
-            let i = table::home(&table::id_words(id), self.key, self.slots);
-            table::prefetch(slots[i].seq.as_ptr());
-            table::prefetch(holds[i].as_ptr());
-            table::prefetch(tags[i].as_ptr());
+            let i = shared_table::home(&shared_table::id_words(id), self.key, self.slots);
+            shared_table::prefetch(slots[i].seq.as_ptr());
+            shared_table::prefetch(holds[i].as_ptr());
+            shared_table::prefetch(tags[i].as_ptr());
         }
     }
 
     /// Takes a hold on the sealed object `id`.
     pub fn take(&self, id: &ObjectId) -> Take {
-        let took = table::take(self.slots(), self.holds(), self.key, id, self.reach);
+        let took = shared_table::take(self.slots(), self.holds(), self.key, id, self.reach);
         if let Take::Held(slot, _) = took {
             // A slot is taken again only once the store has stopped adopting
             // holds on it, so while any hold of this process is on it, it
             // is for this id.
-            self.tags()[slot].store(self.tag(&table::id_words(id)), Ordering::Relaxed);
+            self.tags()[slot].store(self.tag(&shared_table::id_words(id)), Ordering::Relaxed);
         }
         took
     }
@@ -153,12 +156,12 @@ impl FastView {
     /// Whether this process holds `id` through the table (a buffer of it is
     /// alive), even if it was deleted or its slot reused since.
     pub fn holds_id(&self, id: &ObjectId) -> bool {
-        let words = table::id_words(id);
+        let words = shared_table::id_words(id);
         let tag = self.tag(&words);
         let (holds, tags) = (self.holds(), self.tags());
-        table::window(&words, self.key, self.slots).any(|i| {
+        shared_table::window(&words, self.key, self.slots).any(|i| {
             tags[i].load(Ordering::Relaxed) == tag
-                && holds[i].load(Ordering::Relaxed) & !table::ADOPTED != 0
+                && holds[i].load(Ordering::Relaxed) & !shared_table::ADOPTED != 0
         })
     }
 
@@ -166,8 +169,8 @@ impl FastView {
     /// it (release one reference over the socket). Recorded in the ring of
     /// recent releases (for the store's eviction order).
     pub fn give_back(&self, slot: usize) -> bool {
-        let adopted = self.holds().get(slot).is_some_and(table::give_back);
-        let at = table::ring_offset(self.slots);
+        let adopted = self.holds().get(slot).is_some_and(shared_table::give_back);
+        let at = shared_table::ring_offset(self.slots);
         // Safety: the head (8 bytes, 64-byte aligned) and `RING` u32s lie
         // inside the holds mapping (`holds_region_len`); atomics are valid
         // for any bytes, and the store reads them concurrently.
@@ -175,10 +178,10 @@ impl FastView {
             let base = self.holds.as_ptr().add(at);
             (
                 &*(base as *const AtomicU64),
-                std::slice::from_raw_parts(base.add(8) as *const AtomicU32, table::RING),
+                std::slice::from_raw_parts(base.add(8) as *const AtomicU32, shared_table::RING),
             )
         };
-        table::record_release(head, ring, slot);
+        shared_table::record_release(head, ring, slot);
         adopted
     }
 
@@ -186,7 +189,12 @@ impl FastView {
     /// the table; it may still be being created, spilled or elsewhere).
     pub fn contains(&self, id: &ObjectId) -> bool {
         matches!(
-            table::find(self.slots(), self.key, &table::id_words(id), self.reach),
+            shared_table::find(
+                self.slots(),
+                self.key,
+                &shared_table::id_words(id),
+                self.reach
+            ),
             Ok(Some(_))
         )
     }

@@ -1,72 +1,23 @@
-//! Many stores, one namespace: membership, the partitioned object
-//! directory, and pulling objects between members.
-//!
-//! Module map:
-//! - [`ring`] — consistent hashing of ids onto members (owner and backup).
-//! - [`directory`] — the directory entries this member keeps (pure state).
-//! - [`membership`] — the member table and failure detector (pure state).
-//! - `service` — the gRPC `Peer` service other members call.
-//! - `heartbeat` — the heartbeat/gossip loop that drives membership.
-//! - `agent` — turns local seals and deletions into directory updates, and
-//!   re-registers everything held after a membership change.
-//! - `fetch` — remote gets, batched: one lookup per owner, one pull per
-//!   holder, all at once.
-//! - `landing` — where pulled objects land in the local store (small ones
-//!   staged, then created sealed), sealed as cached copies.
-//! - `copies` — which local objects are copies pulled from others.
-//! - `source` — this member's objects pinned (small ones copied out) while
-//!   others pull them.
-//! - [`transport`] — the bulk transport interface and its TCP implementation.
-//! - `retry` — pauses between retries (exponential, jittered).
-//! - `token` — the shared secret on every gRPC call and bulk connection.
-//! - `peers` — gRPC channels to other members, token and deadlines attached.
-//! - `ops` — cluster-wide claim, update, lookup, contains, delete and list,
-//!   routed to each id's owner and backup.
-//!
-//! Every directory entry lives on two members (the id's owner and backup
-//! on the ring), so the loss of any one member loses no entry: its ids fall
-//! to their backups, who know where every copy is and which are now lost.
+//! This member's view of the cluster: the [`Cluster`] every task and
+//! request shares, what it says about itself, and how it takes members
+//! joining and dying (a new ring, the directory handed over).
 
-mod agent;
-mod copies;
-pub mod directory;
-mod fetch;
-mod heartbeat;
-mod landing;
-pub mod membership;
-mod ops;
-mod peers;
-mod retry;
-pub mod ring;
-mod service;
-mod source;
-mod token;
-pub mod transport;
-
-#[cfg(test)]
-mod thread_tests;
-
-/// Generated gRPC code for `proto/ferroplasma/cluster/v1/cluster.proto`.
-#[allow(missing_docs, clippy::all, missing_debug_implementations)]
-pub mod pb {
-    tonic::include_proto!("ferroplasma.cluster.v1");
-}
-
-use crate::shared::SharedRef;
-use crate::DaemonError;
-use directory::Directory;
+use crate::directory::membership::{self, Changes, MemberInfo, Membership};
+use crate::directory::ring::{self, Ring};
+use crate::directory::table::Directory;
+use crate::local::LocalStore;
+use crate::peers::client::Peers;
+use crate::sync::lock;
+use crate::transfer::copies::Copies;
+use crate::transfer::transport::Transport;
 use ferroplasma_protocol::pb as wire;
 use ferroplasma_protocol::{IdHasher, ObjectId};
-use ferroplasma_store::ClientId;
-use membership::{Changes, MemberInfo, Membership};
-use ring::Ring;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
-use transport::Transport;
 
 /// How a store joins a cluster (from `ferroplasma store` flags).
 #[derive(Debug, Clone)]
@@ -146,218 +97,59 @@ pub struct Counters {
 
 /// A fetch in progress and the connections waiting on it.
 #[derive(Debug)]
-struct Inflight {
+pub(crate) struct Inflight {
     /// Latest deadline of any waiter (`None`: one waits forever).
-    deadline: Option<tokio::time::Instant>,
-    waiters: Vec<Completions>,
+    pub(crate) deadline: Option<tokio::time::Instant>,
+    pub(crate) waiters: Vec<Completions>,
 }
 
 /// This member's view of the cluster.
 #[derive(Debug)]
 pub struct Cluster {
-    me: String,
-    data_addr: String,
-    incarnation: u64,
-    token: Arc<str>,
-    heartbeat: Duration,
-    shared: SharedRef,
-    /// The store client the cluster acts as: it subscribes to seals and
-    /// deletions, holds pins on objects being sent and creates landings.
-    agent: ClientId,
-    membership: Mutex<Membership>,
-    ring: Mutex<Ring>,
-    directory: Mutex<Directory>,
+    pub(crate) me: String,
+    pub(crate) data_addr: String,
+    pub(crate) incarnation: u64,
+    pub(crate) token: Arc<str>,
+    pub(crate) heartbeat: Duration,
+    /// The local store (its own store client subscribes to seals and
+    /// deletions, holds pins on objects being sent and creates landings).
+    pub(crate) store: Arc<dyn LocalStore>,
+    pub(crate) membership: Mutex<Membership>,
+    pub(crate) ring: Mutex<Ring>,
+    pub(crate) directory: Mutex<Directory>,
     /// Woken on every directory change (for lookups that wait).
-    directory_changed: Notify,
+    pub(crate) directory_changed: Notify,
     /// Woken when the live members changed (the agent re-registers).
-    rejoin: Notify,
+    pub(crate) rejoin: Notify,
     /// Woken when the agent has sent a batch of updates.
-    updates_sent: Notify,
+    pub(crate) updates_sent: Notify,
     /// When this member started, and the peer timeout: until every member
     /// named at start has answered or that long has passed, this member
     /// does not know the ring and grants no claim.
-    started: std::time::Instant,
-    peer_timeout: Duration,
+    pub(crate) started: std::time::Instant,
+    pub(crate) peer_timeout: Duration,
     /// Bumped each time this member forgets its directory.
-    directory_epoch: AtomicU64,
+    pub(crate) directory_epoch: AtomicU64,
     /// Ids claimed for creates that may not be in the store yet (a create
     /// waiting for room): a re-registration re-claims them with the new
     /// owners. Pruned there once in the store, and on abort.
-    granted: Mutex<HashSet<ObjectId, IdHasher>>,
+    pub(crate) granted: Mutex<HashSet<ObjectId, IdHasher>>,
     /// Local objects that are cached copies pulled from elsewhere.
-    cached: Mutex<copies::Copies>,
-    inflight: Mutex<HashMap<ObjectId, Inflight, IdHasher>>,
-    peers: peers::Peers,
-    transport: Box<dyn Transport>,
+    pub(crate) cached: Mutex<Copies>,
+    pub(crate) inflight: Mutex<HashMap<ObjectId, Inflight, IdHasher>>,
+    pub(crate) peers: Peers,
+    pub(crate) transport: Box<dyn Transport>,
     /// The cluster's own runtime (on its own thread): every cluster task
     /// runs there.
-    rt: tokio::runtime::Handle,
+    pub(crate) rt: tokio::runtime::Handle,
     /// Counters.
     pub counters: Counters,
 }
 
-/// A current-thread runtime for the cluster's unit tests.
-#[cfg(test)]
-fn test_runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a test runtime")
-}
-
-/// A member on its own store (4 MiB), listening on loopback, started on
-/// `rt`, for the cluster's unit tests.
-#[cfg(test)]
-fn test_member(
-    rt: &tokio::runtime::Runtime,
-    peers: Vec<String>,
-    heartbeat: Duration,
-    peer_timeout: Duration,
-) -> Arc<Cluster> {
-    let arena = crate::arena::Arena::create(4 << 20, None, false).expect("arena");
-    let shared = SharedRef::new(ferroplasma_store::Store::new(4 << 20), arena, None, None);
-    let cfg = ClusterConfig {
-        listen: "127.0.0.1:0".parse().expect("an address"),
-        advertise: "127.0.0.1:0".into(),
-        data_listen: "127.0.0.1:0".parse().expect("an address"),
-        peers,
-        token: "unit-test".into(),
-        heartbeat,
-        peer_timeout,
-        grpc_connections: 64,
-        bulk_connections: 64,
-    };
-    rt.block_on(Cluster::start(cfg, shared)).expect("cluster")
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Cluster {
-    /// Binds the gRPC and bulk listeners, registers the cluster's store
-    /// client and starts the service, heartbeat and agent tasks on the
-    /// cluster's own thread: nothing the store's thread does (a long
-    /// batched get, a list of every object, a restore) can hold up
-    /// heartbeats or the answers other members wait for.
-    pub async fn start(
-        mut cfg: ClusterConfig,
-        shared: SharedRef,
-    ) -> Result<Arc<Self>, DaemonError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| DaemonError::io("starting the cluster's runtime", e))?;
-        let handle = rt.handle().clone();
-        std::thread::Builder::new()
-            .name("fp-cluster".into())
-            .spawn(move || rt.block_on(std::future::pending::<()>()))
-            .map_err(|e| DaemonError::io("starting the cluster's thread", e))?;
-        // Sockets belong to the runtime they are registered with: the
-        // cluster's.
-        let _in_cluster_rt = handle.enter();
-        let bind = |addr: SocketAddr, what: String| {
-            std::net::TcpListener::bind(addr)
-                .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                .and_then(tokio::net::TcpListener::from_std)
-                .map_err(|e| DaemonError::io(what, e))
-        };
-        let grpc = bind(
-            cfg.listen,
-            format!("binding --cluster-listen {}", cfg.listen),
-        )?;
-        // `--cluster-listen HOST:0`: the system picks the port, and the
-        // member advertises the one it got (tests use this: no port is
-        // chosen, freed and bound again, with a race in between).
-        if cfg.listen.port() == 0 {
-            let port = grpc
-                .local_addr()
-                .map_err(|e| DaemonError::io("cluster port", e))?
-                .port();
-            if let Some(host) = cfg.advertise.strip_suffix(":0") {
-                cfg.advertise = format!("{host}:{port}");
-            }
-        }
-        let bulk = bind(
-            cfg.data_listen,
-            format!("binding the data port {}", cfg.data_listen),
-        )?;
-        let bulk_port = bulk
-            .local_addr()
-            .map_err(|e| DaemonError::io("data port address", e))?
-            .port();
-        let host = cfg
-            .advertise
-            .rsplit_once(':')
-            .map_or(cfg.advertise.as_str(), |(h, _)| h);
-        let data_addr = format!("{host}:{bulk_port}");
-        let (agent, events) = shared.lock().register_agent();
-        let mut inc = [0u8; 8];
-        getrandom::fill(&mut inc).map_err(|e| {
-            DaemonError::io("random incarnation", std::io::Error::other(e.to_string()))
-        })?;
-        let token: Arc<str> = cfg.token.as_str().into();
-        let mut membership = Membership::new(&cfg.advertise, cfg.peer_timeout);
-        membership.learn(cfg.peers.iter().map(String::as_str));
-        let cluster = Arc::new(Self {
-            me: cfg.advertise.clone(),
-            data_addr,
-            incarnation: u64::from_le_bytes(inc) | 1,
-            token: token.clone(),
-            heartbeat: cfg.heartbeat,
-            shared,
-            agent,
-            ring: Mutex::new(Ring::new([cfg.advertise.clone()])),
-            membership: Mutex::new(membership),
-            directory: Mutex::new(Directory::new()),
-            directory_changed: Notify::new(),
-            rejoin: Notify::new(),
-            updates_sent: Notify::new(),
-            started: std::time::Instant::now(),
-            peer_timeout: cfg.peer_timeout,
-            directory_epoch: AtomicU64::new(0),
-            granted: Mutex::new(HashSet::default()),
-            cached: Mutex::new(copies::Copies::default()),
-            inflight: Mutex::new(HashMap::default()),
-            peers: peers::Peers::new(&token, cfg.peer_timeout, handle.clone())?,
-            rt: handle.clone(),
-            transport: Box::new(transport::TcpTransport::new(
-                token.clone(),
-                cfg.peer_timeout,
-            )),
-            counters: Counters::default(),
-        });
-        {
-            // Alone in its ring, and with an empty store: complete for it.
-            let me = [cluster.me.clone()];
-            let fingerprint = cluster.fingerprint(&me);
-            let mut d = lock(&cluster.directory);
-            d.set_ring(fingerprint, me.to_vec());
-            d.synced(&cluster.me, fingerprint);
-        }
-        let grpc = service::guard(cfg.grpc_connections, cfg.peer_timeout).incoming(grpc);
-        handle.spawn(service::serve(cluster.clone(), grpc));
-        handle.spawn(transport::serve_tcp(
-            bulk,
-            cfg.bulk_connections,
-            token,
-            Arc::new(source::StoreSource(cluster.clone())),
-            cfg.peer_timeout,
-        ));
-        handle.spawn(agent::run(cluster.clone(), events));
-        handle.spawn(heartbeat::run(cluster.clone()));
-        tracing::info!(
-            me = %cluster.me, data = %cluster.data_addr, peers = ?cfg.peers,
-            heartbeat_ms = cfg.heartbeat.as_millis() as u64,
-            peer_timeout_ms = cfg.peer_timeout.as_millis() as u64,
-            "cluster member ready"
-        );
-        Ok(cluster)
-    }
-
     /// Whether this member knows the ring: every member named to it has
     /// answered, or the peer timeout has passed since it started.
-    fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         self.started.elapsed() > self.peer_timeout || !lock(&self.membership).has_unknown()
     }
 
@@ -369,8 +161,8 @@ impl Cluster {
     /// What this member says about itself in heartbeats (O(1): a full
     /// `stats()` asks the shared table about every object, and ran every
     /// heartbeat under the store's lock).
-    fn my_info(&self) -> MemberInfo {
-        let s = self.shared.lock().store.usage();
+    pub(crate) fn my_info(&self) -> MemberInfo {
+        let s = self.store.usage();
         MemberInfo {
             addr: self.me.clone(),
             data_addr: self.data_addr.clone(),
@@ -385,7 +177,7 @@ impl Cluster {
     /// The fingerprint of a ring of `members`: their names, incarnations
     /// and directory epochs as this member knows them. Two members agree
     /// on the ring when their fingerprints are equal.
-    fn fingerprint(&self, members: &[String]) -> u64 {
+    pub(crate) fn fingerprint(&self, members: &[String]) -> u64 {
         let m = lock(&self.membership);
         let named = members.iter().map(|addr| {
             if *addr == self.me {
@@ -405,7 +197,7 @@ impl Cluster {
     }
 
     /// The owner and backup of `id` in the current ring.
-    fn targets(&self, id: &ObjectId) -> Vec<String> {
+    pub(crate) fn targets(&self, id: &ObjectId) -> Vec<String> {
         lock(&self.ring)
             .owners(id, 2)
             .into_iter()
@@ -414,7 +206,7 @@ impl Cluster {
     }
 
     /// Records what a heartbeat told about a member and the members it knows.
-    fn heard(&self, info: MemberInfo, known: &[String]) {
+    pub(crate) fn heard(&self, info: MemberInfo, known: &[String]) {
         let changes = {
             let mut m = lock(&self.membership);
             m.learn(known.iter().map(String::as_str));
@@ -425,7 +217,7 @@ impl Cluster {
 
     /// Acts on members joining or dying: directory clean-up, the new ring,
     /// re-registration.
-    fn apply(&self, ch: Changes) {
+    pub(crate) fn apply(&self, ch: Changes) {
         if !ch.ring_changed() {
             return;
         }
@@ -484,12 +276,12 @@ impl Cluster {
         self.rejoin.notify_one();
     }
 
-    /// The status for `ferroplasma cluster status`.
     /// How often members send heartbeats (`--heartbeat-interval`).
     pub fn heartbeat_interval(&self) -> Duration {
         self.heartbeat
     }
 
+    /// The status for `ferroplasma cluster status`.
     pub fn status(&self) -> wire::ClusterStatusReply {
         let now = std::time::Instant::now();
         let me = self.my_info();
@@ -532,7 +324,7 @@ impl Cluster {
             lookups: c.lookups.load(Ordering::Relaxed),
             claims: c.claims.load(Ordering::Relaxed),
             directory_entries: lock(&self.directory).len() as u64,
-            updates_pending: self.shared.lock().agent_pending.len() as u64,
+            updates_pending: self.store.updates_pending() as u64,
             updates: c.updates.load(Ordering::Relaxed),
         }
     }
@@ -540,18 +332,5 @@ impl Cluster {
     /// Whether `id` is a cached copy pulled from another member.
     pub fn is_cached(&self, id: &ObjectId) -> bool {
         lock(&self.cached).contains(id)
-    }
-}
-
-/// An error reply for the Python/Rust clients.
-pub(crate) fn wire_error(
-    code: wire::ErrorCode,
-    message: String,
-    id: Option<ObjectId>,
-) -> wire::Error {
-    wire::Error {
-        code: code as i32,
-        message,
-        object_id: id.map(|i| i.0.to_vec()).unwrap_or_default(),
     }
 }
