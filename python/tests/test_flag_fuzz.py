@@ -73,8 +73,11 @@ def _try(cmd: list[str], flag: str, value: str) -> str | None:
         p = subprocess.Popen(
             argv, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
+        # Servers run until stopped: 2.5 s shows they started. Anything else
+        # must end; 30 s tells a hang from a slow start on a loaded machine.
+        wait = 2.5 if cmd[0] in SERVERS else 30
         try:
-            out, err = p.communicate(timeout=2.5)
+            out, err = p.communicate(timeout=wait)
             running = False
         except subprocess.TimeoutExpired:
             running = True
@@ -89,7 +92,7 @@ def _try(cmd: list[str], flag: str, value: str) -> str | None:
         if any(s in text for s in BAD_SIGNS):
             return f"{argv}: {text[-800:]}"
         if running and cmd[0] not in SERVERS:
-            return f"{argv}: still running after 2.5 s (a hang)"
+            return f"{argv}: still running after {wait} s (a hang)"
         if not running and p.returncode not in (0, 1, 2):
             return f"{argv}: exit status {p.returncode}: {text[-400:]}"
         if not running and p.returncode == 2 and not err.strip():
