@@ -70,9 +70,7 @@ def test_a_directory_module_and_its_files_may_use_each_other_and_tests_do_not_co
 def _module_dirs() -> list[str]:
     dirs = [f"crates/{c.name}/" for c in sorted((ROOT / "crates").iterdir()) if c.is_dir()]
     for src in sorted((ROOT / "crates").glob("*/src")):
-        dirs += [
-            str(d.relative_to(ROOT)) + "/" for d in sorted(src.rglob("*")) if d.is_dir()
-        ]
+        dirs += [str(d.relative_to(ROOT)) + "/" for d in sorted(src.rglob("*")) if d.is_dir()]
     for pkg in ("python/ferroplasma", "go/ferroplasma", "bench"):
         dirs += [
             str(d.relative_to(ROOT)) + "/"
