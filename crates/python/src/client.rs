@@ -53,9 +53,13 @@ impl NativeClient {
     #[new]
     #[pyo3(signature = (socket=None, trust_uids=Vec::new()))]
     fn new(py: Python<'_>, socket: Option<PathBuf>, trust_uids: Vec<u32>) -> PyResult<Self> {
-        let c = detach(py, || {
-            Client::connect_trusting(socket.as_deref(), &trust_uids)
-        })
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let c = unsafe {
+            detach(py, || {
+                Client::connect_trusting(socket.as_deref(), &trust_uids)
+            })
+        }
         .py_err()?;
         Ok(Self { inner: c })
     }
@@ -93,7 +97,10 @@ impl NativeClient {
         let id = oid(object_id)?;
         let meta = metadata.to_vec();
         let wait = (wait_ms >= 0).then(|| std::time::Duration::from_millis(wait_ms as u64));
-        let b = detach(py, || self.inner.create_waiting(id, size, &meta, wait)).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let b =
+            unsafe { detach(py, || self.inner.create_waiting(id, size, &meta, wait)) }.py_err()?;
         Ok(WritableBuffer::new(b, self.inner.clone()))
     }
 
@@ -103,7 +110,9 @@ impl NativeClient {
     fn seal(&self, py: Python<'_>, buffer: &Bound<'_, WritableBuffer>) -> PyResult<()> {
         let wb = buffer.get();
         let b = wb.take()?;
-        let sealed = detach(py, || self.inner.seal(b)).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let sealed = unsafe { detach(py, || self.inner.seal(b)) }.py_err()?;
         wb.set(Created::Sealed(sealed));
         Ok(())
     }
@@ -112,7 +121,9 @@ impl NativeClient {
     fn abort(&self, py: Python<'_>, buffer: &Bound<'_, WritableBuffer>) -> PyResult<()> {
         let wb = buffer.get();
         let b = wb.take()?;
-        detach(py, || self.inner.abort(b)).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        unsafe { detach(py, || self.inner.abort(b)) }.py_err()?;
         wb.set(Created::Aborted);
         Ok(())
     }
@@ -130,20 +141,24 @@ impl NativeClient {
         let buf: PyBuffer<u8> = PyBuffer::get(data)?;
         if !buf.is_c_contiguous() {
             let d = buf.to_vec(py)?;
-            return detach(py, || self.inner.create_and_seal(id, &d, &m)).py_err();
+            // Safety: the work done detached touches no Python object (Rust data
+            // only: no Py<T> captured, dropped or returned).
+            return unsafe { detach(py, || self.inner.create_and_seal(id, &d, &m)) }.py_err();
         }
         // Read in place, not copied into a Vec first (for 100 MB that copy
         // and its page faults cost more than the copy into the store).
         let (at, len) = (buf.buf_ptr() as usize, buf.len_bytes());
-        detach(py, || {
+        let work = || {
             // Safety: `buf` keeps the exported, contiguous `len` bytes at
             // `at` alive until it drops after this call returns. As with any
             // copy made with the GIL released (numpy's too), a thread that
             // writes the source meanwhile races only with its own data.
             let d = unsafe { std::slice::from_raw_parts(at as *const u8, len) };
             self.inner.create_and_seal(id, d, &m)
-        })
-        .py_err()
+        };
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        unsafe { detach(py, work) }.py_err()
     }
 
     /// Gets objects; `timeout_ms` < 0 waits forever, 0 polls. None for
@@ -156,7 +171,9 @@ impl NativeClient {
     ) -> PyResult<Vec<Option<Buffer>>> {
         let ids = oids(object_ids)?;
         let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
-        let got = detach(py, || self.inner.get(&ids, timeout)).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let got = unsafe { detach(py, || self.inner.get(&ids, timeout)) }.py_err()?;
         Ok(got
             .into_iter()
             .map(|b| b.map(|inner| Buffer { inner }))
@@ -179,7 +196,9 @@ impl NativeClient {
         cluster: bool,
     ) -> PyResult<Vec<bool>> {
         let ids = oids(object_ids)?;
-        detach(py, || self.inner.contains_in(&ids, cluster)).py_err()
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        unsafe { detach(py, || self.inner.contains_in(&ids, cluster)) }.py_err()
     }
 
     /// Deletes objects; one of "deleted", "deferred", "not_found" per id.
@@ -189,7 +208,9 @@ impl NativeClient {
         object_ids: Vec<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<&'static str>> {
         let ids = oids(object_ids)?;
-        let st = detach(py, || self.inner.delete(&ids)).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let st = unsafe { detach(py, || self.inner.delete(&ids)) }.py_err()?;
         Ok(st
             .into_iter()
             .map(|s| match s {
@@ -204,7 +225,9 @@ impl NativeClient {
     /// member, each naming its member).
     #[pyo3(signature = (cluster=false))]
     fn list<'py>(&self, py: Python<'py>, cluster: bool) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let objs = detach(py, || self.inner.list_in(cluster)).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let objs = unsafe { detach(py, || self.inner.list_in(cluster)) }.py_err()?;
         objs.into_iter()
             .map(|o| {
                 let d = PyDict::new(py);
@@ -229,12 +252,16 @@ impl NativeClient {
 
     /// Evicts LRU objects until `num_bytes` are freed; (freed, count).
     fn evict(&self, py: Python<'_>, num_bytes: u64) -> PyResult<(u64, u64)> {
-        detach(py, || self.inner.evict(num_bytes)).py_err()
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        unsafe { detach(py, || self.inner.evict(num_bytes)) }.py_err()
     }
 
     /// The store's counters.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = detach(py, || self.inner.stats()).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let s = unsafe { detach(py, || self.inner.stats()) }.py_err()?;
         let d = PyDict::new(py);
         d.set_item("capacity", s.capacity)?;
         d.set_item("used", s.used)?;
@@ -260,7 +287,9 @@ impl NativeClient {
 
     /// The store's view of its cluster.
     fn cluster_status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = detach(py, || self.inner.cluster_status()).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let s = unsafe { detach(py, || self.inner.cluster_status()) }.py_err()?;
         let d = PyDict::new(py);
         d.set_item("enabled", s.enabled)?;
         let mut members = Vec::with_capacity(s.members.len());
@@ -312,7 +341,9 @@ impl NativeClient {
         } else {
             ferroplasma_client::EventFraming::ReplyFrames
         };
-        let s = detach(py, || self.inner.subscribe_with(framing, existing)).py_err()?;
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let s = unsafe { detach(py, || self.inner.subscribe_with(framing, existing)) }.py_err()?;
         Ok(NativeSubscription::new(s))
     }
 }

@@ -71,7 +71,7 @@ pub fn copy_into(py: Python<'_>, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>)
         return Ok(());
     }
     let (to, from) = (Span(d.buf_ptr().cast()), Span(s.buf_ptr().cast()));
-    detach(py, move || {
+    let work = move || {
         let threads = if n < PARALLEL_FROM {
             1
         } else {
@@ -97,7 +97,10 @@ pub fn copy_into(py: Python<'_>, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>)
             // Safety: as above, for the first chunk, copied on this thread.
             unsafe { std::ptr::copy_nonoverlapping(from.0, to.0, chunk.min(n)) };
         });
-    });
+    };
+    // Safety: the work done detached touches no Python object (Rust data
+    // only: no Py<T> captured, dropped or returned).
+    unsafe { detach(py, work) };
     Ok(())
 }
 

@@ -12,10 +12,13 @@
 //! normally: the parked thread holds no lock of ours, since the work done
 //! while detached has returned by then.
 //!
-//! Work run this way must not touch Python objects (the [`Ungil`] bound, as
-//! for `Python::detach`), and must reach Python only through
-//! `PyGILState_Ensure`, as [`crate::signal_raised`] does: PyO3's own
-//! bookkeeping still counts this thread as attached.
+//! It is `unsafe`, where `Python::detach` is safe: PyO3's own bookkeeping
+//! still counts this thread as attached while the work runs, so the work
+//! must not touch a Python object at all. A `Py<T>` is `Send` (the
+//! [`Ungil`] bound lets it in), and dropping one here would decrement its
+//! count without the GIL, where PyO3's `detach` would have deferred it;
+//! `Python::attach` here would not take the GIL. The work reaches Python
+//! only through `PyGILState_Ensure`, as [`crate::signal_raised`] does.
 
 use pyo3::ffi;
 use pyo3::marker::Ungil;
@@ -62,7 +65,12 @@ impl Drop for Reattach {
 /// Runs `f` with the GIL released and takes it back afterwards; a thread
 /// that comes back while the interpreter is exiting parks instead of
 /// aborting the process. Use it for every call that may block.
-pub fn detach<T, F>(_py: Python<'_>, f: F) -> T
+///
+/// # Safety
+/// `f` must not touch a Python object: no `Py<T>` captured, dropped or
+/// returned, no `Python::attach`; it may reach the interpreter only through
+/// `PyGILState_Ensure`/`PyGILState_Release`.
+pub(crate) unsafe fn detach<T, F>(_py: Python<'_>, f: F) -> T
 where
     F: Ungil + FnOnce() -> T,
     T: Ungil,

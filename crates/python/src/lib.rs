@@ -29,7 +29,9 @@ use pyo3::prelude::*;
 /// alone gives a working store.
 #[pyfunction]
 fn run_cli(py: Python<'_>, argv: Vec<String>) -> i32 {
-    detach(py, || ferroplasma_daemon::cli::main_with_args(argv))
+    // Safety: the work done detached touches no Python object (Rust data
+    // only: no Py<T> captured, dropped or returned).
+    unsafe { detach(py, || ferroplasma_daemon::cli::main_with_args(argv)) }
 }
 
 /// The default socket path: `$FERROPLASMA_SOCKET`, else `/tmp/ferroplasma.sock`.

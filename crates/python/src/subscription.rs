@@ -50,13 +50,17 @@ impl NativeSubscription {
         py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<EventTuple<'py>>> {
-        let ev = detach(py, || {
-            let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            match timeout {
-                None => s.next_event().map(Some),
-                Some(t) => s.next_timeout(Duration::from_secs_f64(t.max(0.0))),
-            }
-        });
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let ev = unsafe {
+            detach(py, || {
+                let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                match timeout {
+                    None => s.next_event().map(Some),
+                    Some(t) => s.next_timeout(Duration::from_secs_f64(t.max(0.0))),
+                }
+            })
+        };
         Ok(ev.py_err()?.map(|e| tuple(py, e)))
     }
 
