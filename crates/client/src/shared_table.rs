@@ -24,6 +24,9 @@ pub(crate) struct TableView {
     key: u64,
     /// Whether the store keeps the homes' reach (`shared_table::FEATURE_REACH`).
     reach: bool,
+    /// Whether the holds region has room for counts
+    /// (`shared_table::FEATURE_COUNTS`).
+    counts: bool,
 }
 
 impl TableView {
@@ -52,6 +55,7 @@ impl TableView {
             slots,
             key: 0,
             reach: false,
+            counts: false,
         };
         let h = v.header();
         if h.magic.load(Ordering::Acquire) != shared_table::MAGIC
@@ -65,6 +69,7 @@ impl TableView {
         );
         v.key = key;
         v.reach = features & shared_table::FEATURE_REACH != 0;
+        v.counts = features & shared_table::FEATURE_COUNTS != 0;
         Ok(v)
     }
 
@@ -99,6 +104,9 @@ impl TableView {
     /// `shared_table::COUNT_CONTAINS`) answered from the table, for the store's
     /// metrics.
     pub fn count(&self, which: usize) {
+        if !self.counts {
+            return; // an older store: its regions end after the ring
+        }
         // Safety: `COUNTS` u64s at `counts_offset` (64-byte aligned) lie
         // inside the holds mapping (`holds_region_len`); atomics are valid
         // for any bytes, and the store reads them concurrently.

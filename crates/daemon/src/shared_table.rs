@@ -53,6 +53,9 @@ struct State {
     answered: TableAnswers,
 }
 
+/// The most one client's count may grow between two looks at it.
+const MAX_GROWTH: u64 = 1 << 32;
+
 /// Requests clients answered from the table without asking the store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableAnswers {
@@ -93,8 +96,10 @@ impl SharedTable {
         let h = t.header();
         h.slots.store(slots as u64, Ordering::Relaxed);
         h.key.store(key, Ordering::Relaxed);
-        h.features
-            .store(shared_table::FEATURE_REACH, Ordering::Relaxed);
+        h.features.store(
+            shared_table::FEATURE_REACH | shared_table::FEATURE_COUNTS,
+            Ordering::Relaxed,
+        );
         h.magic.store(shared_table::MAGIC, Ordering::Release);
         Ok(t)
     }
@@ -208,8 +213,11 @@ impl SharedTable {
         };
         let now = Self::answers_of(region, slots);
         let seen = st.counted.entry(client).or_default();
+        // Growth since the last look, capped (a client writes what it
+        // likes: it may inflate the totals, by at most 2^32 a look, never
+        // wrap them or make them go down).
         let grew = |now: u64, seen: &mut u64| {
-            let d = now.saturating_sub(*seen);
+            let d = now.saturating_sub(*seen).min(MAX_GROWTH);
             *seen = (*seen).max(now);
             d
         };
@@ -567,6 +575,11 @@ mod tests {
         assert_eq!(t.take_answered().gets, 0);
         write(&a, slots, shared_table::COUNT_GET, 12);
         assert_eq!(t.take_answered().gets, 2);
+        // A client that writes the largest count adds at most 2^32 a look:
+        // the store's totals never wrap.
+        write(&a, slots, shared_table::COUNT_GET, u64::MAX);
+        assert_eq!(t.take_answered().gets, MAX_GROWTH);
+        assert_eq!(t.take_answered().gets, 0);
         // What a client counted before it went is kept.
         write(&b, slots, shared_table::COUNT_CONTAINS, 9);
         t.remove_client(2);

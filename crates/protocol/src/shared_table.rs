@@ -71,7 +71,8 @@ pub fn holds_region_len(slots: usize) -> usize {
 /// kind: u64s at [`counts_offset`] in its holds region, which only it
 /// writes ([`count`]). The store adds them to its request metrics; releases
 /// need no count of their own (the ring's head counts them). Untrusted: a
-/// client can misreport only its own figures.
+/// client can inflate them (the store takes at most 2^32 of growth per
+/// look), never lower them. Present when the store sets [`FEATURE_COUNTS`].
 pub const COUNTS: usize = 2;
 /// Index among the [`COUNTS`]: gets every object of which the table served.
 pub const COUNT_GET: usize = 0;
@@ -160,7 +161,8 @@ pub struct Header {
     /// The hash key of this store.
     pub key: AtomicU64,
     /// What this store's table does beyond the first layout
-    /// ([`FEATURE_REACH`]); a store that does not set a bit leaves it 0.
+    /// ([`FEATURE_REACH`], [`FEATURE_COUNTS`]); a store that does not set a
+    /// bit leaves it 0.
     pub features: AtomicU64,
 }
 
@@ -168,6 +170,11 @@ pub struct Header {
 /// ([`Slot::set_reach`]). Without it (an older store), every reach reads 0
 /// and a reader must look at the whole window.
 pub const FEATURE_REACH: u64 = 1;
+
+/// In [`Header::features`]: each client's holds region ends with its
+/// [`COUNTS`] (and is [`holds_region_len`] long). Without it (an older
+/// store, whose regions end after the ring), a client counts nothing.
+pub const FEATURE_COUNTS: u64 = 2;
 
 /// One slot: an object's id, where its bytes lie and a sequence number
 /// (odd while the store writes the slot).
