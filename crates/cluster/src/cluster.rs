@@ -313,6 +313,10 @@ impl Cluster {
             });
         }
         let c = &self.counters;
+        // Each taken on its own: a guard in the literal below would hold the
+        // directory while `updates_pending` takes the store's lock.
+        let directory_entries = lock(&self.directory).len() as u64;
+        let updates_pending = self.store.updates_pending() as u64;
         wire::ClusterStatusReply {
             enabled: true,
             members,
@@ -323,8 +327,8 @@ impl Cluster {
             served_bytes: c.served_bytes.load(Ordering::Relaxed),
             lookups: c.lookups.load(Ordering::Relaxed),
             claims: c.claims.load(Ordering::Relaxed),
-            directory_entries: lock(&self.directory).len() as u64,
-            updates_pending: self.store.updates_pending() as u64,
+            directory_entries,
+            updates_pending,
             updates: c.updates.load(Ordering::Relaxed),
         }
     }

@@ -2,8 +2,9 @@
 //! [`LocalStore`] trait, which the daemon implements for its shared state
 //! (and this crate's tests over a plain `ferroplasma_store::Store`).
 //!
-//! Each method takes the store's lock once, for all the ids it is given,
-//! and an implementation delivers the effects of what it changes (notices
+//! Each method takes the store's lock for all the ids it is given at once
+//! (releasing it only to wait for room or for a restore), and an
+//! implementation delivers the effects of what it changes (notices
 //! to clients, spill segments to remove, the cluster's own notices) before
 //! it returns. The cluster hears of seals, deletions and aborted creates
 //! through the receiver handed to `Cluster::start`; the store client those
