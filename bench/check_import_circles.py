@@ -10,9 +10,13 @@ item is defined). A circle is a set of files each reachable from the others.
 One relation is allowed: a directory module's `mod.rs` (or `lib.rs`) and the
 files directly inside it may use each other, since one type's `impl` is
 often spread over them (`connection/mod.rs` defines `Connection`,
-`connection/gets.rs` adds its gets). Every other circle is reported, with
-one line per import that closes it. Test code (`#[cfg(test)]` modules and
-`*_tests.rs`, `tests.rs`, `testkit.rs` files) is left out.
+`connection/gets.rs` adds its gets). A circle that stays within such a
+family is not reported; one that leaves it (a file outside uses a file of
+the family, which, through its `mod.rs`, uses that file) is, and so is a
+circle between two files of a family that does not pass through its
+`mod.rs`. Each is reported with one line per import that closes it. Test
+code (`#[cfg(test)]` modules and `*_tests.rs`, `tests.rs`, `testkit.rs`
+files) is left out.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ TEST_FILES = re.compile(r"(^|_)tests?\.rs$|^testkit\.rs$")
 USE = re.compile(r"\b(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.S)
 INLINE = re.compile(r"(?<![\w:])((?:crate|super|self)(?:::\w+)+)")
 CFG_TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*\{")
+RAW_STRING = re.compile(r'b?r(#*)"')
+CHAR = re.compile(r"b?'(?:\\.[^']*|[^\\'])'")
 PATH_MOD = re.compile(r"#\[path\s*=\s*\"[^\"]+\"\]\s*mod\s+\w+\s*;")
 
 
@@ -45,8 +51,8 @@ def strip_comments(text: str) -> str:
                     depth, i = depth - 1, i + 2
                 else:
                     i += 1
-        elif m := re.match(r'b?r(#*)"', text[i:]):
-            end = text.find('"' + m.group(1), i + m.end())
+        elif m := RAW_STRING.match(text, i):
+            end = text.find('"' + m.group(1), m.end())
             out.append('""')
             i = n if end < 0 else end + 1 + len(m.group(1))
         elif c == '"' or text.startswith('b"', i):
@@ -55,9 +61,9 @@ def strip_comments(text: str) -> str:
                 i += 2 if text[i] == "\\" else 1
             out.append('""')
             i += 1
-        elif m := re.match(r"b?'(?:\\.[^']*|[^\\'])'", text[i:]):
+        elif m := CHAR.match(text, i):
             out.append("' '")
-            i += m.end()
+            i = m.end()
         else:
             out.append(c)
             i += 1
@@ -121,9 +127,6 @@ class Crate:
                         names[p[-1]] = p
             self.reexports[m] = names
 
-    def is_dir_module(self, m: tuple[str, ...]) -> bool:
-        return self.files[m].stem in ("lib", "main", "mod")
-
     def absolute(self, m: tuple[str, ...], parts: list[str]) -> tuple[str, ...] | None:
         """The path `parts`, written in module `m`, from the crate root."""
         base = list(m)
@@ -156,7 +159,10 @@ class Crate:
                 return m
         return None
 
-    def edges(self) -> dict[tuple[str, ...], dict[tuple[str, ...], str]]:
+    def edges(self, family: bool = False) -> dict[tuple[str, ...], dict[tuple[str, ...], str]]:
+        """File -> files it uses, each with one path that uses it; with
+        `family` false, without the edges between a directory module and
+        the files directly in it."""
         out: dict[tuple[str, ...], dict[tuple[str, ...], str]] = {}
         for m, t in self.text.items():
             paths = [p for tree in USE.findall(t) for p in expand(tree)]
@@ -166,8 +172,10 @@ class Crate:
                 if a is None:
                     continue
                 f = self.file_of(a)
-                if f is None or f == m or f[:-1] == m or m[:-1] == f:
-                    continue  # itself, or a directory module and its direct children
+                if f is None or f == m:
+                    continue
+                if not family and (f[:-1] == m or m[:-1] == f):
+                    continue  # a directory module and a file directly in it
                 out.setdefault(m, {}).setdefault(f, path)
         return out
 
@@ -210,12 +218,32 @@ def circles(edges: dict) -> list[list]:
     return found
 
 
+def one_family(comp: list) -> bool:
+    """Whether the files are one directory module and files directly in it."""
+    return any(all(m == p or m[:-1] == p for m in comp) for p in {m for m in comp})
+
+
+def found(crate: Crate) -> list[tuple[list, dict]]:
+    """The circles: among files, leaving out the edges between a directory
+    module and its own files; and through those edges, unless the circle
+    stays within one such family."""
+    out = []
+    full = crate.edges(family=True)
+    for comp in circles(full):
+        if not one_family(comp):
+            out.append((comp, full))
+    strict = crate.edges()
+    for comp in circles(strict):
+        if not any(set(comp) <= set(c) for c, _ in out):
+            out.append((comp, strict))
+    return out
+
+
 def main(root: str = "crates") -> int:
     bad = 0
     for src in sorted(Path(root).glob("*/src")):
         crate = Crate(src)
-        edges = crate.edges()
-        for comp in circles(edges):
+        for comp, edges in found(crate):
             bad += 1
             names = [str(crate.files[m]) for m in comp]
             print(f"import circle in {src.parent.name}: {', '.join(names)}")

@@ -67,6 +67,24 @@ def test_a_directory_module_and_its_files_may_use_each_other_and_tests_do_not_co
     assert out.returncode == 0, out.stdout
 
 
+def test_a_circle_through_a_directory_module_is_found(tmp_path):
+    """x.rs uses conn/gets.rs, gets uses its conn/mod.rs (allowed alone),
+    and conn/mod.rs uses x.rs: x and conn import each other."""
+    crates = _crate(
+        tmp_path,
+        {
+            "lib.rs": "mod conn;\nmod x;\n",
+            "conn/mod.rs": "mod gets;\npub struct Conn;\nfn f() { crate::x::helper() }\n",
+            "conn/gets.rs": "use super::Conn;\npub const LIMIT: usize = 1;\n",
+            "x.rs": "use crate::conn::gets::LIMIT;\npub fn helper() {}\n",
+        },
+    )
+    out = _check(crates)
+    assert out.returncode == 1, out.stdout
+    assert "x.rs uses crate::conn::gets::LIMIT" in out.stdout
+    assert "mod.rs uses crate::x::helper" in out.stdout
+
+
 def _module_dirs() -> list[str]:
     dirs = [f"crates/{c.name}/" for c in sorted((ROOT / "crates").iterdir()) if c.is_dir()]
     for src in sorted((ROOT / "crates").glob("*/src")):
