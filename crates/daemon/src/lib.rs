@@ -51,4 +51,4 @@ mod watch;
 pub use config::StoreConfig;
 pub use error::DaemonError;
 pub use ferroplasma_cluster as cluster;
-pub use server::{run, serve};
+pub use server::{run, run_until, serve, serve_until};

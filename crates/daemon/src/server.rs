@@ -17,15 +17,34 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// Runs a store until SIGTERM or SIGINT, on a runtime of its own.
 pub fn run(config: StoreConfig) -> Result<(), DaemonError> {
+    run_until(config, std::future::pending())
+}
+
+/// Runs a store, on a runtime of its own, until SIGTERM or SIGINT or until
+/// `shutdown` completes (a test, or a program that embeds a store, stops
+/// it this way; its socket is removed as on SIGTERM).
+pub fn run_until(
+    config: StoreConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), DaemonError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| DaemonError::io("starting the runtime", e))?;
-    rt.block_on(serve(config))
+    rt.block_on(serve_until(config, shutdown))
 }
 
 /// Runs a store on the current tokio runtime until SIGTERM or SIGINT.
 pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
+    serve_until(config, std::future::pending()).await
+}
+
+/// Runs a store on the current tokio runtime until SIGTERM or SIGINT or
+/// until `shutdown` completes.
+pub async fn serve_until(
+    config: StoreConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), DaemonError> {
     let mut cluster_config = config.cluster()?;
     let caps = descriptor_budget(config.max_clients);
     if let Some(c) = &mut cluster_config {
@@ -150,6 +169,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
     let (not_allowed, no_cred, busy) = (RateLimited::new(), RateLimited::new(), RateLimited::new());
     let parent_gone = parent_watch(config.exit_with_parent);
     tokio::pin!(parent_gone);
+    tokio::pin!(shutdown);
     loop {
         tokio::select! {
             r = listener.accept() => match r {
@@ -207,6 +227,7 @@ pub async fn serve(config: StoreConfig) -> Result<(), DaemonError> {
             },
             _ = term.recv() => { tracing::info!("SIGTERM: shutting down"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: shutting down"); break; }
+            _ = &mut shutdown => { tracing::info!("asked to stop: shutting down"); break; }
             _ = &mut parent_gone => {
                 tracing::info!("the process that started the store exited: shutting down (--exit-with-parent)");
                 break;
