@@ -116,7 +116,12 @@ fn open_idle(ports: &[SocketAddr], n: usize) -> Vec<Vec<TcpStream>> {
                         if failed >= 3 {
                             break;
                         }
-                        match TcpStream::connect_timeout(&ports[i % k], Duration::from_secs(2)) {
+                        // A SYN dropped while the listen queue is full is
+                        // sent again after 1 s, then 2 s: a connect that
+                        // times out once on a loaded machine is tried again.
+                        let connect =
+                            || TcpStream::connect_timeout(&ports[i % k], Duration::from_secs(4));
+                        match connect().or_else(|_| connect()) {
                             Ok(c) => {
                                 c.set_nonblocking(true).unwrap();
                                 v[i % k].push(c);
