@@ -30,6 +30,7 @@ __all__ = [
     "ScanError",
     "ScanServerUnavailable",
     "SerializationError",
+    "StoreBusy",
     "StoreFull",
     "StoreUnavailable",
     "TooManyWaiting",
@@ -62,6 +63,13 @@ class StoreUnavailable(FerroplasmaError, ConnectionError):
 class Disconnected(StoreUnavailable):
     """The connection to the store broke (the store stopped or died); a
     StoreUnavailable, so one ``except StoreUnavailable`` covers both."""
+
+
+class StoreBusy(StoreUnavailable):
+    """The store serves its maximum of clients (``--max-clients``) and refused
+    this connection: retry when some have disconnected, or start the store
+    with more. A StoreUnavailable, so one ``except StoreUnavailable`` covers
+    it (and ``plasma.connect`` retries it, as Plasma did)."""
 
 
 class InvalidObjectState(FerroplasmaError, RuntimeError):

@@ -331,3 +331,16 @@ def test_too_many_objects_awaited_on_one_connection_is_its_own_error(client):
         for t in threads:
             t.join()
     assert client.get_buffers([fp.ObjectID.from_random()], timeout=0) == [None]
+
+
+def test_a_store_at_its_maximum_of_clients_says_it_is_busy():
+    """A connection over --max-clients was refused as ObjectTooLarge, a
+    name that says something else; it is StoreBusy, a StoreUnavailable."""
+    with fp.start_store("16MiB", max_clients=2) as s:
+        held = [s.connect()]
+        eventually(lambda: held.append(s.connect()) is None and len(held) >= 2, what="two")
+        with pytest.raises(fp.StoreBusy, match="--max-clients") as e:
+            s.connect()
+        assert isinstance(e.value, fp.StoreUnavailable)
+        held.pop()
+        eventually(lambda: s.connect() is not None, what="a place frees up")

@@ -56,6 +56,9 @@ typedef enum fp_status {
   // This connection already has as many gets waiting (or objects
   // awaited) as the store allows: retry when some finish.
   FP_TOO_MANY_WAITING = 18,
+  // The store serves its maximum of clients (--max-clients) and refused
+  // this connection: retry when some have disconnected.
+  FP_STORE_BUSY = 19,
 } fp_status;
 
 // What `fp_delete` did with one id.

@@ -50,6 +50,9 @@ pub enum fp_status {
     /// This connection already has as many gets waiting (or objects
     /// awaited) as the store allows: retry when some finish.
     FP_TOO_MANY_WAITING = 18,
+    /// The store serves its maximum of clients (--max-clients) and refused
+    /// this connection: retry when some have disconnected.
+    FP_STORE_BUSY = 19,
 }
 
 /// The errors of this library (one enum per crate).
@@ -81,6 +84,7 @@ impl CapiError {
                 ClientError::InvalidState(_) => FP_INVALID_STATE,
                 ClientError::TooLarge(_) => FP_TOO_LARGE,
                 ClientError::TooManyWaiting(_) => FP_TOO_MANY_WAITING,
+                ClientError::StoreBusy(_) => FP_STORE_BUSY,
                 ClientError::InvalidRequest(_) => FP_INVALID_ARGUMENT,
                 ClientError::VersionMismatch(_) | ClientError::Protocol(_) => FP_PROTOCOL,
                 ClientError::NotHeld(_) => FP_NOT_HELD,
@@ -143,7 +147,7 @@ pub extern "C" fn fp_last_error() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
     use fp_status::*;
-    const ALL: [fp_status; 19] = [
+    const ALL: [fp_status; 20] = [
         FP_OK,
         FP_STORE_UNAVAILABLE,
         FP_OBJECT_EXISTS,
@@ -163,6 +167,7 @@ pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
         FP_PANIC,
         FP_PERMISSION_DENIED,
         FP_TOO_MANY_WAITING,
+        FP_STORE_BUSY,
     ];
     let Some(&known) = ALL.iter().find(|s| **s as i32 == status) else {
         return c"FP_UNKNOWN".as_ptr();
@@ -187,6 +192,7 @@ pub extern "C" fn fp_status_name(status: i32) -> *const c_char {
         FP_PANIC => c"FP_PANIC",
         FP_PERMISSION_DENIED => c"FP_PERMISSION_DENIED",
         FP_TOO_MANY_WAITING => c"FP_TOO_MANY_WAITING",
+        FP_STORE_BUSY => c"FP_STORE_BUSY",
     };
     name.as_ptr()
 }

@@ -46,6 +46,10 @@ pub enum ClientError {
     /// awaited) as the store allows: retry when some finish.
     #[error("{0}")]
     TooManyWaiting(String),
+    /// The store serves its maximum of clients (`--max-clients`) and
+    /// refused this connection: retry when some have disconnected.
+    #[error("{0}")]
+    StoreBusy(String),
     /// The request was malformed (e.g. an id that is not 20 bytes).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
@@ -124,6 +128,7 @@ impl From<pb::Error> for ClientError {
             C::NotCreator | C::AlreadySealed => ClientError::InvalidState(m),
             C::TooLarge => ClientError::TooLarge(m),
             C::TooManyWaiting => ClientError::TooManyWaiting(m),
+            C::StoreBusy => ClientError::StoreBusy(m),
             C::InvalidRequest => ClientError::InvalidRequest(m),
             C::VersionMismatch => ClientError::VersionMismatch(m),
             C::ObjectLost => ClientError::ObjectLost { message: m, id },

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{bin, run_store_once, temp_dir, TestStore};
-use ferroplasma_client::{Client, ObjectId};
+use ferroplasma_client::{Client, ClientError, ObjectId};
 use ferroplasma_protocol::frame::{encode_frame, read_message, MAX_REPLY_FRAME};
 use ferroplasma_protocol::pb::{self, reply, request};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -652,6 +652,8 @@ fn clients_over_the_maximum_are_told_the_store_is_busy() {
     });
     let err = Client::connect(Some(store.path())).unwrap_err();
     assert!(err.to_string().contains("--max-clients"), "{err}");
+    // Its own error, not "too large" (Python: StoreBusy, a StoreUnavailable).
+    assert!(matches!(err, ClientError::StoreBusy(_)), "{err:?}");
     held[1].stats().unwrap();
     held.pop();
     store.eventually("a place frees up when a client leaves", || {

@@ -19,6 +19,7 @@ pyo3::import_exception!(ferroplasma.errors, ObjectLost);
 pyo3::import_exception!(ferroplasma.errors, ClusterUnavailable);
 pyo3::import_exception!(ferroplasma.errors, PermissionDenied);
 pyo3::import_exception!(ferroplasma.errors, TooManyWaiting);
+pyo3::import_exception!(ferroplasma.errors, StoreBusy);
 pyo3::import_exception!(ferroplasma.errors, SerializationError);
 
 /// An object that cannot be laid out or read back (`SerializationError`).
@@ -37,6 +38,7 @@ pub fn to_py(e: ClientError) -> PyErr {
         ClientError::InvalidState(_) => InvalidObjectState::new_err(msg),
         ClientError::TooLarge(_) => ObjectTooLarge::new_err(msg),
         ClientError::TooManyWaiting(_) => TooManyWaiting::new_err(msg),
+        ClientError::StoreBusy(_) => StoreBusy::new_err(msg),
         ClientError::InvalidRequest(_) => InvalidRequest::new_err(msg),
         ClientError::VersionMismatch(_) | ClientError::Protocol(_) => ProtocolError::new_err(msg),
         ClientError::NotHeld(_) => ObjectNotHeld::new_err(msg),

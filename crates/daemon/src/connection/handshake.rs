@@ -24,7 +24,7 @@ pub async fn refuse_busy(mut stream: UnixStream, max: u32) {
          disconnected, or start the store with more --max-clients"
     );
     let _ = stream
-        .write_all(&error_frame(0, pb::ErrorCode::TooLarge, &msg))
+        .write_all(&error_frame(0, pb::ErrorCode::StoreBusy, &msg))
         .await;
 }
 
