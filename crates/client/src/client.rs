@@ -28,7 +28,7 @@ pub enum DeleteStatus {
     NotFound,
 }
 
-/// One row of [`Client::list`].
+/// One row of [`Client::list`] and of each page of [`Client::list_pages`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectInfo {
     /// The id.
@@ -499,40 +499,6 @@ impl Client {
         Ok(out)
     }
 
-    /// Every object in the store.
-    pub fn list(&self) -> Result<Vec<ObjectInfo>> {
-        self.list_in(false)
-    }
-
-    /// Every object in this store or, with `cluster`, on every live member
-    /// of its cluster (each naming its member in [`ObjectInfo::node`]).
-    pub fn list_in(&self, cluster: bool) -> Result<Vec<ObjectInfo>> {
-        let body = self.call(request::Body::List(pb::List { cluster }))?;
-        let reply::Body::List(l) = body else {
-            return Err(unexpected("List", &body));
-        };
-        l.objects
-            .into_iter()
-            .map(|o| {
-                Ok(ObjectInfo {
-                    id: ObjectId::from_slice(&o.object_id)
-                        .map_err(|e| ClientError::Protocol(e.to_string()))?,
-                    data_size: o.data_size,
-                    metadata_size: o.metadata_size,
-                    ref_count: o.ref_count,
-                    sealed: o.state == pb::ObjectState::Sealed as i32,
-                    create_time_us: o.create_time_us,
-                    construct_duration_us: (o.construct_duration_us >= 0)
-                        .then_some(o.construct_duration_us),
-                    delete_pending: o.delete_pending,
-                    spilled: o.spilled,
-                    node: o.node,
-                    cached: o.cached,
-                })
-            })
-            .collect()
-    }
-
     /// Evicts least recently used, unreferenced objects until objects of at
     /// least `num_bytes` (data + metadata) are gone. Returns `(their data +
     /// metadata bytes, objects evicted)`.
@@ -580,11 +546,11 @@ impl Client {
         Subscription::open(self.inner.socket(), &self.inner.trust, framing, existing)
     }
 
-    fn call(&self, body: request::Body) -> Result<reply::Body> {
+    pub(crate) fn call(&self, body: request::Body) -> Result<reply::Body> {
         self.inner.call(body)
     }
 }
 
-fn unexpected(what: &str, got: &reply::Body) -> ClientError {
+pub(crate) fn unexpected(what: &str, got: &reply::Body) -> ClientError {
     ClientError::Protocol(format!("unexpected reply to {what}: {got:?}"))
 }

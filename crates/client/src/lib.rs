@@ -7,6 +7,7 @@
 //!
 //! Module map:
 //! - [`client`] — [`Client`] and its operations; [`ObjectInfo`], [`DeleteStatus`], [`Stats`].
+//! - [`listing`] — [`Client::list`] and [`ListPages`], a listing read a page at a time.
 //! - [`buffer`] — [`ObjectBuffer`] (sealed, read-only, releases on drop) and
 //!   [`MutableBuffer`] (being created; holds the creator's reference;
 //!   consumed by `seal` and `abort`).
@@ -33,6 +34,7 @@ mod creators;
 pub mod error;
 mod fork;
 pub mod interrupt;
+pub mod listing;
 pub mod mapping;
 mod releases;
 mod session;
@@ -46,6 +48,7 @@ pub use error::{ClientError, Result};
 pub use ferroplasma_protocol::pb::{MemberHealth, MemberStatus};
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
 pub use interrupt::set_interrupt_check;
+pub use listing::ListPages;
 pub use subscription::{
     decode_event_frames, decode_plasma_event, Event, EventFraming, EventKind, Subscription,
 };

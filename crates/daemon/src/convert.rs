@@ -1,6 +1,6 @@
 //! Conversions between the state machine's types and the wire messages.
 
-use ferroplasma_protocol::pb;
+use ferroplasma_protocol::{pb, ObjectId};
 use ferroplasma_store::{Event, EventKind, Location, ObjectInfo, ObjectState, Stats};
 
 pub fn location(l: Location) -> pb::Location {
@@ -80,4 +80,69 @@ pub fn health_name(health: i32) -> &'static str {
         Ok(pb::MemberHealth::Refused) => "refused",
         _ => "unknown",
     }
+}
+
+/// A page of a listing, a column per field (`cached` says which objects
+/// are cached copies from other members).
+pub fn page(rows: &[ObjectInfo], cached: impl Fn(&ObjectId) -> bool) -> pb::ListPage {
+    let n = rows.len();
+    let mut p = pb::ListPage {
+        object_ids: Vec::with_capacity(n * ObjectId::LEN),
+        data_size: Vec::with_capacity(n),
+        metadata_size: Vec::with_capacity(n),
+        ref_count: Vec::with_capacity(n),
+        flags: Vec::with_capacity(n),
+        create_time_us: Vec::with_capacity(n),
+        construct_duration_us: Vec::with_capacity(n),
+        ..Default::default()
+    };
+    for o in rows {
+        let flag = |on: bool, f: pb::ListFlag| if on { f as u32 } else { 0 };
+        p.object_ids.extend_from_slice(&o.id.0);
+        p.data_size.push(o.location.data_size);
+        p.metadata_size.push(o.location.metadata_size);
+        p.ref_count.push(o.ref_count);
+        p.flags.push(
+            flag(o.state == ObjectState::Sealed, pb::ListFlag::ListSealed)
+                | flag(o.delete_pending, pb::ListFlag::ListDeletePending)
+                | flag(o.spilled, pb::ListFlag::ListSpilled)
+                | flag(cached(&o.id), pb::ListFlag::ListCached),
+        );
+        p.create_time_us.push(o.create_time_us);
+        p.construct_duration_us
+            .push(o.construct_duration_us.unwrap_or(-1));
+    }
+    p
+}
+
+/// The rows of a cluster-wide listing (each naming its member) as one
+/// page.
+pub fn page_of_infos(rows: Vec<pb::ObjectInfo>) -> pb::ListPage {
+    let mut p = pb::ListPage::default();
+    let mut members: std::collections::HashMap<String, u32> = Default::default();
+    for o in rows {
+        let flag = |on: bool, f: pb::ListFlag| if on { f as u32 } else { 0 };
+        p.object_ids.extend_from_slice(&o.object_id);
+        p.data_size.push(o.data_size);
+        p.metadata_size.push(o.metadata_size);
+        p.ref_count.push(o.ref_count);
+        p.flags.push(
+            flag(
+                o.state == pb::ObjectState::Sealed as i32,
+                pb::ListFlag::ListSealed,
+            ) | flag(o.delete_pending, pb::ListFlag::ListDeletePending)
+                | flag(o.spilled, pb::ListFlag::ListSpilled)
+                | flag(o.cached, pb::ListFlag::ListCached),
+        );
+        p.create_time_us.push(o.create_time_us);
+        p.construct_duration_us.push(o.construct_duration_us);
+        let next = members.len() as u32;
+        let m = *members.entry(o.node).or_insert_with_key(|node| {
+            p.members.push(node.clone());
+            next
+        });
+        p.member.push(m);
+    }
+    p.total = p.flags.len() as u64;
+    p
 }

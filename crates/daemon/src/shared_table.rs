@@ -374,6 +374,21 @@ impl Readers for SharedTable {
         out
     }
 
+    fn held_among(&self, ids: &[ObjectId]) -> Vec<u64> {
+        let st = self.lock();
+        let held_at = |i: usize| -> u64 {
+            st.holds
+                .values()
+                .map(|(region, _)| {
+                    u64::from(shared_table::held(&Self::holds_of(region, self.slots)[i]))
+                })
+                .sum()
+        };
+        ids.iter()
+            .map(|id| st.index.get(id).map_or(0, |&i| held_at(i)))
+            .collect()
+    }
+
     fn released(&self) -> Vec<ObjectId> {
         let mut st = self.lock();
         let st = &mut *st;

@@ -30,6 +30,9 @@ pub const MAX_INLINE_SIZE: u64 = 8 << 20;
 /// Largest number of ids in one batched request.
 pub const MAX_IDS_PER_REQUEST: usize = 100_000;
 
+/// Most objects in one `ListPage` (a larger `List.page_size` is capped).
+pub const MAX_LIST_PAGE: usize = 100_000;
+
 /// How frames are delimited on one stream, and how large they may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameCodec {

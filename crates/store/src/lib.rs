@@ -6,7 +6,8 @@
 //! - [`store`] — [`Store`], the state machine: objects' lives (create,
 //!   seal, get, release, delete) in `store/mod.rs`; `store/eviction.rs`
 //!   (making room), `store/spilling.rs` (spilling and restoring, the books'
-//!   side), `store/queries.rs` (list, stats).
+//!   side), `store/queries.rs` (list, stats), `store/listing.rs` (the
+//!   snapshot of ids and the rows of a page, for lists that page).
 //! - [`allocator`] — best-fit, 64-byte-aligned, coalescing range allocator.
 //! - [`object`] — object entries, [`Location`], [`ObjectInfo`], [`ObjectState`].
 //! - [`events`] — [`Effects`], [`Notice`] and subscription [`Event`]s.

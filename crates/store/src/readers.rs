@@ -25,6 +25,16 @@ pub trait Readers: std::fmt::Debug + Send + Sync {
         Vec::new()
     }
 
+    /// The holds on each of `ids` (for a page of a listing). The default
+    /// asks [`Readers::held`], a pass over every hold; a reader that can
+    /// look ids up answers in O(ids).
+    fn held_among(&self, ids: &[ObjectId]) -> Vec<u64> {
+        let held: std::collections::HashMap<ObjectId, u64> = self.held().into_iter().collect();
+        ids.iter()
+            .map(|id| held.get(id).copied().unwrap_or(0))
+            .collect()
+    }
+
     /// The objects released without asking since the last call, oldest
     /// first (the store moves them to the back of its eviction order).
     fn released(&self) -> Vec<ObjectId> {

@@ -124,10 +124,14 @@ impl Connection {
                 let cl = self.cluster.clone().expect("checked");
                 self.spawn_reply(rid, async move {
                     let objects = cl.list().await;
-                    Ok(reply::Body::List(pb::ListReply { objects }))
+                    Ok(match l.page_size {
+                        0 => reply::Body::List(pb::ListReply { objects }),
+                        _ => reply::Body::ListPage(convert::page_of_infos(objects)),
+                    })
                 });
                 Ok(None)
             }
+            B::List(l) if l.page_size > 0 => self.list_page(rid, l.page_size, l.cursor),
             B::List(_) => {
                 let sh = self.shared.lock();
                 let cluster = self.cluster.as_deref();

@@ -58,7 +58,17 @@ fn sample_requests(ids: &[ObjectId; 3]) -> Vec<request::Body> {
         B::Delete(pb::Delete {
             object_ids: pack_ids(ids),
         }),
-        B::List(pb::List { cluster: false }),
+        B::List(pb::List::default()),
+        B::List(pb::List {
+            cluster: false,
+            page_size: 3,
+            cursor: 0,
+        }),
+        B::List(pb::List {
+            cluster: false,
+            page_size: u32::MAX,
+            cursor: u64::MAX,
+        }),
         B::Evict(pb::Evict { num_bytes: 1 << 20 }),
         B::Stats(pb::Stats {}),
         B::Subscribe(pb::Subscribe {

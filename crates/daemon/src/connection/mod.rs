@@ -9,12 +9,13 @@
 //! `handshake` (the first request, answered with the descriptors),
 //! `dispatch` (each request), `gets` (gets waiting for objects),
 //! `creates` (creates, and those waiting for space), `continuations`
-//! (cluster operations that finish later).
+//! (cluster operations that finish later), `listing` (lists that page).
 
 mod continuations;
 mod creates;
 mod dispatch;
 mod handshake;
+mod listing;
 /// The objects a request names, for its span: the first few in hex and how
 /// many more.
 fn ids_of(body: &request::Body) -> String {
@@ -204,6 +205,8 @@ struct Connection {
     /// Cluster operations report back through this channel.
     done_tx: mpsc::UnboundedSender<Completion>,
     done_rx: mpsc::UnboundedReceiver<Completion>,
+    /// Paged listings under way.
+    listings: listing::Listings,
 }
 
 impl Drop for Connection {
@@ -270,6 +273,7 @@ impl Connection {
             rx,
             gets: ParkedGets::default(),
             subscribed: None,
+            listings: Default::default(),
         }
     }
 

@@ -17,6 +17,7 @@ use ferroplasma_protocol::ObjectId;
 use std::collections::{BTreeSet, HashMap};
 
 mod eviction;
+mod listing;
 mod queries;
 mod spilling;
 pub use spilling::{SpillVictim, SPILL_BATCH_MAX};
