@@ -305,20 +305,8 @@ class PlasmaClient:
     def list(self) -> dict[ObjectID, dict[str, Any]]:
         """Every object: data_size, metadata_size, ref_count, create_time
         (Unix seconds), construct_duration (seconds, -1 while unsealed),
-        state ("created" or "sealed")."""
-        out = {}
-        for d in self._c.list():
-            out[ObjectID(d["object_id"])] = {
-                "data_size": d["data_size"],
-                "metadata_size": d["metadata_size"],
-                "ref_count": d["ref_count"],
-                "create_time": int(d["create_time"]),
-                "construct_duration": -1
-                if d["construct_duration"] is None
-                else round(d["construct_duration"]),
-                "state": d["state"],
-            }
-        return out
+        state ("created" or "sealed"). Read from the store in pages."""
+        return self._c.list_pages(100_000, plasma=True).read_all()
 
     def store_capacity(self) -> int:
         """The store's memory, exactly as given to it."""

@@ -93,6 +93,19 @@ struct ListArgs {
     /// holding each copy.
     #[arg(long)]
     cluster: bool,
+    /// Stop after this many objects.
+    #[arg(long, value_name = "N")]
+    limit: Option<u64>,
+    /// Objects asked of the store at a time: rows are printed as each page
+    /// arrives, in the store's order (the first page is small, so that it
+    /// comes at once from a store of millions).
+    #[arg(long, value_name = "N", default_value_t = ferroplasma_client::listing::DEFAULT_LIST_PAGE as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    page_size: u32,
+    /// Oldest first (by the time of the create): reads every page before
+    /// printing the first row.
+    #[arg(long)]
+    sorted: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -160,49 +173,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }
             Ok(())
         }
-        Command::List(a) => {
-            let c = Client::connect(a.target.socket.as_deref())?;
-            let mut objs = c.list_in(a.cluster)?;
-            objs.sort_by_key(|o| o.create_time_us);
-            say!(
-                "{:<40}  {:>12}  {:>10}  {:>5}  {}state",
-                "object id",
-                "data",
-                "metadata",
-                "refs",
-                if a.cluster {
-                    "member                 "
-                } else {
-                    ""
-                }
-            )?;
-            for o in objs {
-                let member = if a.cluster {
-                    format!("{:<22} ", o.node)
-                } else {
-                    String::new()
-                };
-                say!(
-                    "{:<40}  {:>12}  {:>10}  {:>5}  {member}{}{}{}",
-                    o.id,
-                    o.data_size,
-                    o.metadata_size,
-                    o.ref_count,
-                    match (o.spilled, o.sealed) {
-                        (true, _) => "spilled",
-                        (false, true) => "sealed",
-                        (false, false) => "created",
-                    },
-                    if o.cached { " (cached copy)" } else { "" },
-                    if o.delete_pending {
-                        " (delete pending)"
-                    } else {
-                        ""
-                    }
-                )?;
-            }
-            Ok(())
-        }
+        Command::List(a) => list(a),
         Command::Cluster(ClusterCommand::Status(t)) => {
             let c = Client::connect(t.socket.as_deref())?;
             let s = c.cluster_status()?;
@@ -259,6 +230,81 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             Ok(())
         }
     }
+}
+
+/// `ferroplasma list`: a header, then a row per object, page by page.
+fn list(a: ListArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use std::io::Write;
+    let c = Client::connect(a.target.socket.as_deref())?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    writeln!(
+        out,
+        "{:<40}  {:>12}  {:>10}  {:>5}  {}state",
+        "object id",
+        "data",
+        "metadata",
+        "refs",
+        if a.cluster {
+            "member                 "
+        } else {
+            ""
+        }
+    )?;
+    out.flush()?;
+    let mut left = a.limit.unwrap_or(u64::MAX);
+    let mut pages = c.list_pages_in(a.cluster, a.page_size as usize);
+    let mut all = Vec::new();
+    while left > 0 {
+        let Some(page) = pages.next() else { break };
+        let mut page = page?;
+        page.truncate(left.min(page.len() as u64) as usize);
+        left -= page.len() as u64;
+        if a.sorted {
+            all.extend(page);
+            continue;
+        }
+        for o in &page {
+            list_row(&mut out, o, a.cluster)?;
+        }
+        out.flush()?;
+    }
+    all.sort_by_key(|o| o.create_time_us);
+    for o in &all {
+        list_row(&mut out, o, a.cluster)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn list_row(
+    out: &mut impl std::io::Write,
+    o: &ferroplasma_client::ObjectInfo,
+    cluster: bool,
+) -> std::io::Result<()> {
+    let member = if cluster {
+        format!("{:<22} ", o.node)
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "{:<40}  {:>12}  {:>10}  {:>5}  {member}{}{}{}",
+        o.id,
+        o.data_size,
+        o.metadata_size,
+        o.ref_count,
+        match (o.spilled, o.sealed) {
+            (true, _) => "spilled",
+            (false, true) => "sealed",
+            (false, false) => "created",
+        },
+        if o.cached { " (cached copy)" } else { "" },
+        if o.delete_pending {
+            " (delete pending)"
+        } else {
+            ""
+        }
+    )
 }
 
 /// Parses `args` (the first is the program name) and runs the command.

@@ -47,7 +47,18 @@ impl ObjectId {
 
     /// Lower-case hex, 40 characters.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        let mut buf = [0u8; 2 * Self::LEN];
+        String::from(self.hex_into(&mut buf))
+    }
+
+    /// The 40 hex digits, written into `buf` without allocating.
+    fn hex_into<'a>(&self, buf: &'a mut [u8; 2 * Self::LEN]) -> &'a str {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        for (pair, b) in buf.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 15)];
+        }
+        std::str::from_utf8(buf).expect("hex digits are ASCII")
     }
 
     /// Parses 40 hex characters.
@@ -113,7 +124,8 @@ impl fmt::Debug for ObjectId {
 
 impl fmt::Display for ObjectId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_hex())
+        let mut buf = [0u8; 2 * Self::LEN];
+        f.pad(self.hex_into(&mut buf))
     }
 }
 

@@ -4,6 +4,7 @@
 use crate::buffers::{Buffer, Created, WritableBuffer};
 use crate::detach::detach;
 use crate::errors::{IntoPy, InvalidRequest};
+use crate::listing::NativeListing;
 use crate::subscription::NativeSubscription;
 use ferroplasma_client::{Client, DeleteStatus, ObjectId};
 use pyo3::buffer::PyBuffer;
@@ -248,6 +249,14 @@ impl NativeClient {
                 Ok(d)
             })
             .collect()
+    }
+
+    /// The store's objects, a page of at most `page_size` at a time, each
+    /// page `{ObjectID: {field: value}}` (with `plasma`, the fields of
+    /// `PlasmaClient.list()`).
+    #[pyo3(signature = (page_size, plasma=false))]
+    fn list_pages(&self, page_size: usize, plasma: bool) -> NativeListing {
+        NativeListing::new(self.inner.list_pages(page_size), plasma)
     }
 
     /// Evicts LRU objects until `num_bytes` are freed; (freed, count).

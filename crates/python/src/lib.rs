@@ -10,6 +10,7 @@
 //! - [`codec`] — the parallel copy into the store and the list-of-`str`
 //!   layout of `ferroplasma.serialization`.
 //! - [`subscription`] — `NativeSubscription`, an iterator of events.
+//! - [`listing`] — `NativeListing`, a listing's pages as dicts keyed by `ObjectID`.
 //! - [`detach`] — runs blocking calls with the GIL released, parking (not
 //!   aborting) a thread that comes back while the interpreter exits.
 //! - [`errors`] — the one mapping from `ClientError` to `ferroplasma.errors`.
@@ -19,6 +20,7 @@ pub mod client;
 pub mod codec;
 pub mod detach;
 pub mod errors;
+pub mod listing;
 pub mod subscription;
 
 use detach::detach;
@@ -68,6 +70,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::Buffer>()?;
     m.add_class::<buffers::WritableBuffer>()?;
     m.add_class::<subscription::NativeSubscription>()?;
+    m.add_class::<listing::NativeListing>()?;
     m.add_function(wrap_pyfunction!(codec::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(codec::str_list_size, m)?)?;
     m.add_function(wrap_pyfunction!(codec::str_list_write, m)?)?;
