@@ -35,6 +35,17 @@ pub(super) struct Listings {
     last: u64,
 }
 
+impl Listings {
+    /// Keeps a listing with pages to come, forgetting the oldest open one
+    /// if there are [`MAX_OPEN_LISTINGS`] already.
+    fn keep(&mut self, listing: Listing) {
+        if self.open.len() >= MAX_OPEN_LISTINGS {
+            self.open.pop_front();
+        }
+        self.open.push_back(listing);
+    }
+}
+
 #[derive(Debug)]
 struct Listing {
     number: u64,
@@ -58,9 +69,6 @@ impl Connection {
         let sh = self.shared.lock();
         let listings = &mut self.listings;
         if cursor == 0 {
-            if listings.open.len() >= MAX_OPEN_LISTINGS {
-                listings.open.pop_front();
-            }
             let number = (listings.last % ((1 << (64 - OFFSET_BITS)) - 1)) + 1;
             listings.last = number;
             let total = sh.store.object_count() as u64;
@@ -83,12 +91,12 @@ impl Connection {
             let offset = if sent { size } else { 0 };
             let listing = Listing { number, ids };
             if sent {
-                listings.open.push_back(listing);
+                listings.keep(listing);
                 return Ok(None);
             }
             let (rows, next) = page_of(&sh.store, &listing, offset, size);
             if next != 0 {
-                listings.open.push_back(listing);
+                listings.keep(listing);
             }
             drop(sh);
             return Ok(Some(reply_page(rows, next, total, cached)));
