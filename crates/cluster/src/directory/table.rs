@@ -397,25 +397,30 @@ impl Directory {
     /// `ObjectLost` instead of waiting for a seal that will never come; the
     /// id may be created again). Returns how many were lost.
     pub fn member_died(&mut self, node: &str) -> usize {
-        let mut lost = 0;
         let name = self.name(node);
-        for e in self.entries.values_mut() {
-            if matches!(&e.state, State::Creating { by } if **by == *node) {
-                e.state = State::Lost;
-                lost += 1;
-                continue;
-            }
-            let held = e.holders.len();
-            e.holders.retain(|h| **h != *node);
-            if held != e.holders.len() && !e.away.iter().any(|h| **h == *node) {
-                e.away.push(name.clone());
-            }
-            if e.state == State::Sealed && e.holders.is_empty() && held > 0 {
-                e.state = State::Lost;
-                lost += 1;
-            }
-        }
-        lost
+        (self.entries.values_mut())
+            .map(|e| died(e, node, &name))
+            .filter(|&lost| lost)
+            .count()
+    }
+
+    /// [`Directory::member_died`] for the entries of `ids` only (those
+    /// still kept): a large directory is gone through a piece at a time,
+    /// the lock given up in between.
+    pub fn member_died_in(&mut self, node: &str, ids: &[ObjectId]) -> usize {
+        let name = self.name(node);
+        (ids.iter())
+            .filter(|id| {
+                self.entries
+                    .get_mut(id)
+                    .is_some_and(|e| died(e, node, &name))
+            })
+            .count()
+    }
+
+    /// The ids of every entry, to go through in pieces (`…_in`).
+    pub fn ids(&self) -> Vec<ObjectId> {
+        self.entries.keys().copied().collect()
     }
 
     /// Keeps only the entries of ids `keep` says this member still owns or
@@ -428,10 +433,23 @@ impl Directory {
         before - self.entries.len()
     }
 
+    /// [`Directory::retain_owned`] for the entries of `ids` only.
+    pub fn retain_owned_in(
+        &mut self,
+        ids: &[ObjectId],
+        mut keep: impl FnMut(&ObjectId) -> bool,
+    ) -> usize {
+        (ids.iter())
+            .filter(|id| !keep(id) && self.entries.remove(id).is_some())
+            .count()
+    }
+
     /// Forgets every entry (this member was cut off or paused: what it
-    /// knew is out of date; the holders re-register).
-    pub fn clear(&mut self) {
-        self.entries.clear();
+    /// knew is out of date; the holders re-register). Returns them, to be
+    /// dropped once the lock is given back (a million entries take a while
+    /// to free).
+    pub fn clear(&mut self) -> impl Send + use<> {
+        std::mem::take(&mut self.entries)
     }
 
     /// A member declared dead is back with the same incarnation (it was
@@ -440,12 +458,16 @@ impl Directory {
     pub fn member_back(&mut self, node: &str) {
         let name = self.name(node);
         for e in self.entries.values_mut() {
-            if let Some(i) = e.away.iter().position(|h| **h == *node) {
-                e.away.remove(i);
-                e.holders.push(name.clone());
-                if e.state == State::Lost {
-                    e.state = State::Sealed;
-                }
+            back(e, node, &name);
+        }
+    }
+
+    /// [`Directory::member_back`] for the entries of `ids` only.
+    pub fn member_back_in(&mut self, node: &str, ids: &[ObjectId]) {
+        let name = self.name(node);
+        for id in ids {
+            if let Some(e) = self.entries.get_mut(id) {
+                back(e, node, &name);
             }
         }
     }
@@ -455,13 +477,57 @@ impl Directory {
     /// entries kept only for it go.
     pub fn member_restarted(&mut self, node: &str) -> usize {
         let lost = self.member_died(node);
-        self.entries.retain(|_, e| {
-            e.away.retain(|h| **h != *node);
-            e.stale.retain(|h| **h != *node);
-            !(e.state == State::Deleted && e.stale.is_empty())
-        });
+        self.entries.retain(|_, e| !restarted(e, node));
         lost
     }
+
+    /// [`Directory::member_restarted`] for the entries of `ids` only.
+    pub fn member_restarted_in(&mut self, node: &str, ids: &[ObjectId]) -> usize {
+        let lost = self.member_died_in(node, ids);
+        for id in ids {
+            if self.entries.get_mut(id).is_some_and(|e| restarted(e, node)) {
+                self.entries.remove(id);
+            }
+        }
+        lost
+    }
+}
+
+/// `node` (named `name`) died: applied to one entry; true if it is lost.
+fn died(e: &mut Entry, node: &str, name: &Member) -> bool {
+    if matches!(&e.state, State::Creating { by } if **by == *node) {
+        e.state = State::Lost;
+        return true;
+    }
+    let held = e.holders.len();
+    e.holders.retain(|h| **h != *node);
+    if held != e.holders.len() && !e.away.iter().any(|h| **h == *node) {
+        e.away.push(name.clone());
+    }
+    if e.state == State::Sealed && e.holders.is_empty() && held > 0 {
+        e.state = State::Lost;
+        return true;
+    }
+    false
+}
+
+/// `node` is back from a pause: applied to one entry.
+fn back(e: &mut Entry, node: &str, name: &Member) {
+    if let Some(i) = e.away.iter().position(|h| **h == *node) {
+        e.away.remove(i);
+        e.holders.push(name.clone());
+        if e.state == State::Lost {
+            e.state = State::Sealed;
+        }
+    }
+}
+
+/// `node` restarted (its death already applied): true if the entry was
+/// kept only for it.
+fn restarted(e: &mut Entry, node: &str) -> bool {
+    e.away.retain(|h| **h != *node);
+    e.stale.retain(|h| **h != *node);
+    e.state == State::Deleted && e.stale.is_empty()
 }
 
 impl Entry {
