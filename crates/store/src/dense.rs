@@ -189,6 +189,9 @@ impl<T: Keyed> DenseTable<T> {
 
     /// Where `id`'s entry lies.
     pub fn position(&self, id: &ObjectId) -> Option<u32> {
+        if self.items.len == 0 {
+            return None; // not even a hash to compute
+        }
         let h = self.hash(id);
         let items = &self.items;
         self.index[shard(h)]
