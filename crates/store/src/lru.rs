@@ -8,7 +8,7 @@
 //! table (`Store::new`: no second copy of each id); `Lru` is that order as
 //! a policy of its own, for [`Store::with_policy`](crate::Store::with_policy)
 //! and as the model the store's order is tested against. It is a
-//! [`DenseTable`] of 36-byte nodes (id, links, size) with the list through
+//! `DenseTable` (`dense.rs`) of 36-byte nodes (id, links, size) with the list through
 //! them: O(1) to add, move to the back and remove, about 45 bytes an object
 //! with its index.
 
