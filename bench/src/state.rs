@@ -6,6 +6,14 @@
 //! object, so their sum bounds how fast one can land (docs/benchmarks.md).
 //! Batches of 1000 ids; the best batch of `--rounds` is reported, as the
 //! least disturbed by the rest of the machine.
+//!
+//! With `--fill N` the store first holds N sealed objects of 64 bytes
+//! (issue 38, a store of millions): it prints the mean cost of a put (a
+//! create sealed) at each tenth of the way, the slowest single put (a
+//! table growing), and the process's private memory per object
+//! (`RssAnon` of /proc/self/status, the ids aside); then it deletes them
+//! all and prints what memory is left; the figures above are then measured
+//! with the N objects in the store.
 
 use clap::Parser;
 use ferroplasma_client::ObjectId;
@@ -18,11 +26,80 @@ struct Args {
     /// Batches of 1000 ids measured (the best is reported).
     #[arg(long, default_value_t = 200)]
     rounds: usize,
+    /// Objects (64 bytes, sealed) in the store while measuring.
+    #[arg(long, default_value_t = 0)]
+    fill: usize,
+}
+
+/// This process's private resident memory, bytes.
+fn rss_anon() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Fills `s` with `n` objects of 64 bytes, printing what a put costs on
+/// the way and the memory they take; then deletes a copy's worth to show
+/// the memory comes back, and fills again. Returns the ids.
+fn fill(s: &mut Store, n: usize) -> Vec<ObjectId> {
+    let ids: Vec<ObjectId> = (0..n).map(|_| ObjectId::random()).collect();
+    let put = |s: &mut Store, ids: &[ObjectId]| {
+        let tenth = n.div_ceil(10).max(1);
+        let mut worst = (0f64, 0usize);
+        let mut marks = Vec::new();
+        let start = Instant::now();
+        for (chunk_no, chunk) in ids.chunks(tenth).enumerate() {
+            let t = Instant::now();
+            for (k, id) in chunk.iter().enumerate() {
+                let one = Instant::now();
+                let fx = s.create_sealed(*id, 64, 0, 0, |_| {});
+                let _effects = std::hint::black_box(fx.expect("room for every object"));
+                let took = one.elapsed().as_secs_f64();
+                if took > worst.0 {
+                    worst = (took, chunk_no * tenth + k);
+                }
+            }
+            marks.push(t.elapsed().as_secs_f64() / chunk.len() as f64);
+        }
+        (start.elapsed().as_secs_f64(), marks, worst)
+    };
+    let before = rss_anon();
+    let (took, marks, worst) = put(s, &ids);
+    let full = rss_anon();
+    println!(
+        "{n} puts (create sealed, 64 B) in {took:.1} s; mean ns per put by tenth of the fill:"
+    );
+    let shown: Vec<String> = marks.iter().map(|m| format!("{:.0}", m * 1e9)).collect();
+    println!("  {}", shown.join(" "));
+    println!(
+        "  slowest put: {:.2} ms (put {} of {n})",
+        worst.0 * 1e3,
+        worst.1 + 1
+    );
+    println!(
+        "private memory: {:.1} B per object ({:.1} MiB for {n})",
+        (full.saturating_sub(before)) as f64 / n as f64,
+        (full.saturating_sub(before)) as f64 / 1048576.0
+    );
+    for id in &ids {
+        let _ = s.delete(*id);
+    }
+    let empty = rss_anon();
+    println!(
+        "after deleting them all: {:.1} MiB more than before the puts",
+        empty.saturating_sub(before) as f64 / 1048576.0
+    );
+    let _ = put(s, &ids);
+    ids
 }
 
 fn main() {
     let args = Args::parse();
-    let mut s = Store::new(1 << 30);
+    let mut s = Store::new((1 << 30) + 64 * args.fill as u64);
+    let _held = fill(&mut s, args.fill);
     let (waiter, reader) = (s.connect(), s.connect());
     let names = [
         "get of an absent id",
@@ -65,8 +142,8 @@ fn main() {
         }
     }
     println!(
-        "the store's state machine, per object (best of {} batches of 1000):",
-        args.rounds
+        "the store's state machine, per object (best of {} batches of 1000, {} objects held):",
+        args.rounds, args.fill
     );
     for (name, b) in names.iter().zip(best) {
         println!("  {name:<36} {:>6.0} ns", b * 1e6);

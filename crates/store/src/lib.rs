@@ -9,20 +9,28 @@
 //!   side), `store/queries.rs` (list, stats), `store/listing.rs` (the
 //!   snapshot of ids and the rows of a page, for lists that page).
 //! - [`allocator`] — best-fit, 64-byte-aligned, coalescing range allocator.
-//! - [`object`] — object entries, [`Location`], [`ObjectInfo`], [`ObjectState`].
+//! - [`object`] — object entries (88 bytes each), [`Location`],
+//!   [`ObjectInfo`], [`ObjectState`].
+//! - `dense` — the compact id-keyed table the objects (and [`Lru`]'s
+//!   nodes) live in: entries in chunks, a sharded index of positions, the
+//!   eviction order as a list through it; it gives memory back as it
+//!   empties.
+//! - `trim` — asks the allocator to return freed memory to the system.
 //! - [`events`] — [`Effects`], [`Notice`] and subscription [`Event`]s.
 //! - [`stats`] — [`Stats`].
 //! - `spill` — the books of spilled objects and spill segments ([`SpillRef`]).
 //! - [`error`] — [`StoreError`].
 //! - [`policy`] — [`EvictionPolicy`]: which objects to evict (the store
 //!   evicts them).
-//! - [`lru`] — [`Lru`], the default policy: least recently released first.
+//! - [`lru`] — [`Lru`]: least recently released first, as a policy of its
+//!   own (the store keeps the same order in its table by default).
 //! - `clients` — per-client references, creations and waits.
 //! - [`readers`] — [`Readers`]: the hook for readers that take references
 //!   without asking (the shared object table).
 
 pub mod allocator;
 mod clients;
+mod dense;
 pub mod error;
 pub mod events;
 pub mod lru;
@@ -32,6 +40,7 @@ pub mod readers;
 mod spill;
 pub mod stats;
 pub mod store;
+mod trim;
 
 pub use error::StoreError;
 pub use events::{Effects, Event, EventKind, Notice};

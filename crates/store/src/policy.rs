@@ -2,7 +2,10 @@
 //! evicted (the store's `make_room` and `evict`), as Plasma did. The store
 //! tells the policy when an object becomes evictable (sealed, nobody
 //! references it) and when it stops being so; the policy names victims in
-//! the order to evict them. [`Lru`](crate::lru::Lru) is the default.
+//! the order to evict them. By default the store keeps the order of
+//! [`Lru`](crate::lru::Lru) (least recently released first) itself, in its
+//! object table; [`Store::with_policy`](crate::Store::with_policy) takes
+//! another.
 
 use ferroplasma_protocol::ObjectId;
 

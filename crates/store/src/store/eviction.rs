@@ -1,13 +1,62 @@
 //! Making room: evicting the objects the policy names, least recently
 //! released first, skipping (and adopting) those readers hold through the
-//! shared table, and the refusal when nothing more can go.
+//! shared table, and the refusal when nothing more can go; and the
+//! eviction order itself.
+//!
+//! The order is kept where it costs least: with the built-in policy (least
+//! recently released first, `Store::new`) it is the list through the
+//! object table (`crate::dense`), so an evictable object costs no second
+//! copy of its id and no second lookup; a policy given to
+//! `Store::with_policy` keeps its own books by id.
 
 use super::Store;
+use crate::dense::MAX_ENTRIES;
 use crate::error::StoreError;
 use crate::events::Effects;
 use ferroplasma_protocol::ObjectId;
 
 impl Store {
+    /// The object at `pos` of the table became evictable: it joins the
+    /// back of the order.
+    pub(super) fn make_evictable(&mut self, pos: u32) {
+        let e = self.objects.at_mut(pos);
+        e.evictable = true;
+        match &mut self.policy {
+            None => self.objects.push_back_at(pos),
+            Some(p) => p.add(e.id, e.alloc_size()),
+        }
+    }
+
+    /// The object at `pos` of the table is no longer evictable (if it was).
+    pub(super) fn not_evictable(&mut self, pos: u32) {
+        let e = self.objects.at_mut(pos);
+        if !std::mem::take(&mut e.evictable) {
+            return;
+        }
+        match &mut self.policy {
+            None => {
+                self.objects.unlink(pos);
+            }
+            Some(p) => p.remove(&e.id),
+        }
+    }
+
+    /// Bytes of the evictable objects.
+    pub(super) fn evictable_bytes(&self) -> u64 {
+        match &self.policy {
+            None => self.objects.list_weight(),
+            Some(p) => p.bytes(),
+        }
+    }
+
+    /// The evictable objects, first victim first.
+    pub(super) fn victims(&self) -> Box<dyn Iterator<Item = ObjectId> + '_> {
+        match &self.policy {
+            None => Box::new(self.objects.list().map(|e| e.id)),
+            Some(p) => p.victims(),
+        }
+    }
+
     /// Evicts least recently used objects until objects of at least `bytes`
     /// (data + metadata, as Plasma counted) are gone or nothing evictable is
     /// left. Returns `(their data + metadata bytes, objects evicted)`.
@@ -25,7 +74,7 @@ impl Store {
             freed += self
                 .objects
                 .get(&id)
-                .map_or(0, |e| e.location.data_size + e.location.metadata_size);
+                .map_or(0, |e| e.data_size + e.metadata_size);
             self.evict_one(id, &mut fx);
             count += 1;
         }
@@ -41,11 +90,12 @@ impl Store {
             return;
         };
         for id in r.released() {
-            if let Some(e) = self.objects.get(&id) {
-                if e.evictable {
-                    self.policy.remove(&id);
-                    self.policy.add(id, e.alloc_size);
-                }
+            let Some(pos) = self.objects.position(&id) else {
+                continue;
+            };
+            if self.objects.at(pos).evictable {
+                self.not_evictable(pos);
+                self.make_evictable(pos);
             }
         }
     }
@@ -57,13 +107,18 @@ impl Store {
         StoreError::StoreFull {
             requested: need,
             free: self.alloc.free(),
-            evictable: self.policy.bytes(),
+            evictable: self.evictable_bytes(),
             capacity: self.capacity,
         }
     }
 
     pub(super) fn make_room(&mut self, need: u64, fx: &mut Effects) -> Result<u64, StoreError> {
-        if need > self.alloc.capacity() || self.alloc.free() + self.policy.bytes() < need {
+        if need > self.alloc.capacity() || self.alloc.free() + self.evictable_bytes() < need {
+            return Err(self.full(need));
+        }
+        if self.objects.len() >= MAX_ENTRIES {
+            // About 4.29 billion objects, a third of a terabyte of tables:
+            // the table's positions are 32-bit, so the store is full.
             return Err(self.full(need));
         }
         if self.alloc.largest_free() < need {
@@ -94,8 +149,7 @@ impl Store {
     /// make the store free memory in use.
     pub(super) fn next_victim(&self) -> Option<ObjectId> {
         let objects = &self.objects;
-        self.policy
-            .victims()
+        self.victims()
             .find(|id| objects.get(id).is_some_and(|e| e.evictable))
     }
 
@@ -112,24 +166,23 @@ impl Store {
             let Some(c) = self.clients.get_mut(&client) else {
                 continue; // gone: its references went with it
             };
-            let Some(e) = self.objects.get_mut(&id) else {
+            let Some(pos) = self.objects.position(&id) else {
                 return false;
             };
             *c.refs.entry(id).or_insert(0) += u64::from(n);
+            self.not_evictable(pos);
+            let e = self.objects.at_mut(pos);
             if e.ref_count == 0 {
                 self.referenced_count += 1;
             }
             e.ref_count += u64::from(n);
-            if std::mem::take(&mut e.evictable) {
-                self.policy.remove(&id);
-            }
             held = true;
         }
         held
     }
 
     pub(super) fn evict_one(&mut self, id: ObjectId, fx: &mut Effects) -> u64 {
-        let size = self.objects.get(&id).map_or(0, |e| e.alloc_size);
+        let size = self.objects.get(&id).map_or(0, |e| e.alloc_size());
         self.remove_object(id, true, fx);
         self.evictions += 1;
         self.evicted_bytes += size;

@@ -5,9 +5,9 @@
 
 use crate::allocator::Allocator;
 use crate::clients::ClientState;
+use crate::dense::DenseTable;
 use crate::error::StoreError;
 use crate::events::{Effects, Event, EventKind, Notice};
-use crate::lru::Lru;
 use crate::object::{ClientId, Entry, Location, ObjectState};
 use crate::policy::EvictionPolicy;
 use crate::spill::SpillTable;
@@ -39,11 +39,14 @@ pub struct Store {
     /// The capacity asked for, reported as is.
     capacity: u64,
     alloc: Allocator,
-    objects: HashMap<ObjectId, Entry, IdHasher>,
+    /// Every object in memory, sealed or not (spilled ones are in `spill`).
+    objects: DenseTable<Entry>,
     clients: HashMap<ClientId, ClientState, IdHasher>,
     next_client: ClientId,
-    /// Which evictable objects go first (mechanism here, policy there).
-    policy: Box<dyn EvictionPolicy>,
+    /// Which evictable objects go first (mechanism here, policy there):
+    /// `None` for the built-in order, least recently released first, kept
+    /// as the list through `objects` (see `eviction.rs`).
+    policy: Option<Box<dyn EvictionPolicy>>,
     waiters: HashMap<ObjectId, Vec<ClientId>, IdHasher>,
     subscribers: BTreeSet<ClientId>,
     evictions: u64,
@@ -69,10 +72,10 @@ impl Store {
         Self {
             capacity,
             alloc: Allocator::new(ferroplasma_protocol::layout::align_up(capacity)),
-            objects: HashMap::default(),
+            objects: DenseTable::default(),
             clients: HashMap::default(),
             next_client: 1,
-            policy: Box::new(Lru::default()),
+            policy: None,
             waiters: HashMap::default(),
             subscribers: BTreeSet::new(),
             evictions: 0,
@@ -85,11 +88,12 @@ impl Store {
         }
     }
 
-    /// A store that chooses what to evict with `policy` instead of
-    /// [`Lru`].
+    /// A store that chooses what to evict with `policy` instead of its
+    /// built-in order (least recently released first, the order of
+    /// [`Lru`](crate::Lru)).
     pub fn with_policy(capacity: u64, policy: Box<dyn EvictionPolicy>) -> Self {
         Self {
-            policy,
+            policy: Some(policy),
             ..Self::new(capacity)
         }
     }
@@ -140,7 +144,7 @@ impl Store {
         self.subscribers.remove(&client);
         for id in state.created {
             if let Some(e) = self.objects.get(&id) {
-                if e.state == (ObjectState::Created { creator: client }) {
+                if e.state() == (ObjectState::Created { creator: client }) {
                     state.refs.remove(&id);
                     self.remove_object(id, false, &mut fx);
                 }
@@ -164,22 +168,9 @@ impl Store {
         metadata_size: u64,
         now_us: i64,
     ) -> Result<(Location, Effects), StoreError> {
-        let (location, need, fx) = self.allocate(id, data_size, metadata_size)?;
-        self.objects.insert(
-            id,
-            Entry {
-                location,
-                alloc_size: need,
-                state: ObjectState::Created { creator: client },
-                ref_count: 1,
-                create_time_us: now_us,
-                seal_time_us: None,
-                delete_pending: false,
-                evictable: false,
-                spilling: false,
-                restoring: false,
-            },
-        );
+        let (location, fx) = self.allocate(id, data_size, metadata_size)?;
+        self.objects
+            .insert(Entry::created(id, location, client, now_us));
         self.referenced_count += 1;
         let c = self.clients.entry(client).or_default();
         c.created.insert(id);
@@ -187,15 +178,14 @@ impl Store {
         Ok((location, fx))
     }
 
-    /// Room for a new object `id` (which must not exist yet): its location,
-    /// its allocation's size, and the effects of the evictions that made
-    /// the room.
+    /// Room for a new object `id` (which must not exist yet): its location
+    /// and the effects of the evictions that made the room.
     fn allocate(
         &mut self,
         id: ObjectId,
         data_size: u64,
         metadata_size: u64,
-    ) -> Result<(Location, u64, Effects), StoreError> {
+    ) -> Result<(Location, Effects), StoreError> {
         if self.exists(&id) {
             return Err(StoreError::ObjectExists(id));
         }
@@ -205,7 +195,7 @@ impl Store {
             return Err(StoreError::StoreFull {
                 requested: data_size.saturating_add(metadata_size),
                 free: self.alloc.free(),
-                evictable: self.policy.bytes(),
+                evictable: self.evictable_bytes(),
                 capacity: self.capacity,
             });
         }
@@ -216,7 +206,7 @@ impl Store {
             data_size,
             metadata_size,
         };
-        Ok((location, need, fx))
+        Ok((location, fx))
     }
 
     /// Creates `id` sealed and unreferenced in one step, for bytes that are
@@ -233,23 +223,10 @@ impl Store {
         now_us: i64,
         write: impl FnOnce(&Location),
     ) -> Result<Effects, StoreError> {
-        let (location, need, mut fx) = self.allocate(id, data_size, metadata_size)?;
+        let (location, mut fx) = self.allocate(id, data_size, metadata_size)?;
         write(&location);
-        self.objects.insert(
-            id,
-            Entry {
-                location,
-                alloc_size: need,
-                state: ObjectState::Sealed,
-                ref_count: 0,
-                create_time_us: now_us,
-                seal_time_us: Some(now_us),
-                delete_pending: false,
-                evictable: false,
-                spilling: false,
-                restoring: false,
-            },
-        );
+        self.objects
+            .insert(Entry::sealed(id, location, now_us, now_us));
         self.sealed_count += 1;
         self.made_visible(id, location, 0, &mut fx);
         Ok(fx)
@@ -263,9 +240,8 @@ impl Store {
         now_us: i64,
     ) -> Result<Effects, StoreError> {
         let e = self.creator_entry(client, id)?;
-        e.state = ObjectState::Sealed;
-        e.seal_time_us = Some(now_us);
-        let (loc, refs) = (e.location, e.ref_count);
+        e.seal(now_us);
+        let (loc, refs) = (e.location(), e.ref_count);
         self.sealed_count += 1;
         if let Some(c) = self.clients.get_mut(&client) {
             c.created.remove(&id);
@@ -317,21 +293,7 @@ impl Store {
 
     /// Takes a reference on a sealed object; `None` if absent or unsealed.
     pub fn get(&mut self, client: ClientId, id: ObjectId) -> Option<Location> {
-        let e = self.objects.get_mut(&id)?;
-        if !e.is_readable() {
-            return None;
-        }
-        if std::mem::take(&mut e.evictable) {
-            self.policy.remove(&id);
-        }
-        if e.ref_count == 0 {
-            self.referenced_count += 1;
-        }
-        e.ref_count += 1;
-        let loc = e.location;
-        if let Some(r) = &self.readers {
-            r.readable(id, loc);
-        }
+        let loc = self.take_ref(&id)?;
         *self
             .clients
             .entry(client)
@@ -344,27 +306,37 @@ impl Store {
 
     /// [`Store::get`] for many ids at once (one client lookup for the batch).
     pub fn get_many(&mut self, client: ClientId, ids: &[ObjectId]) -> Vec<Option<Location>> {
-        let refs = &mut self.clients.entry(client).or_default().refs;
-        ids.iter()
+        let mut refs = std::mem::take(&mut self.clients.entry(client).or_default().refs);
+        let found = ids
+            .iter()
             .map(|id| {
-                let e = self.objects.get_mut(id)?;
-                if !e.is_readable() {
-                    return None;
-                }
-                if std::mem::take(&mut e.evictable) {
-                    self.policy.remove(id);
-                }
-                if e.ref_count == 0 {
-                    self.referenced_count += 1;
-                }
-                e.ref_count += 1;
+                let loc = self.take_ref(id)?;
                 *refs.entry(*id).or_insert(0) += 1;
-                if let Some(r) = &self.readers {
-                    r.readable(*id, e.location);
-                }
-                Some(e.location)
+                Some(loc)
             })
-            .collect()
+            .collect();
+        self.clients.entry(client).or_default().refs = refs;
+        found
+    }
+
+    /// One more reference to a readable object (the client's books aside):
+    /// it stops being evictable and readers may take it.
+    fn take_ref(&mut self, id: &ObjectId) -> Option<Location> {
+        let pos = self.objects.position(id)?;
+        if !self.objects.at(pos).is_readable() {
+            return None;
+        }
+        self.not_evictable(pos);
+        let e = self.objects.at_mut(pos);
+        if e.ref_count == 0 {
+            self.referenced_count += 1;
+        }
+        e.ref_count += 1;
+        let loc = e.location();
+        if let Some(r) = &self.readers {
+            r.readable(*id, loc);
+        }
+        Some(loc)
     }
 
     /// Asks to be told (a [`Notice::Sealed`]) when `id` is sealed.
@@ -433,7 +405,7 @@ impl Store {
     /// When `id` was sealed (µs since the epoch), in memory or spilled.
     pub fn sealed_at_us(&self, id: &ObjectId) -> Option<i64> {
         if let Some(e) = self.objects.get(id) {
-            return e.seal_time_us;
+            return e.seal_time_us();
         }
         let s = self.spill.as_ref()?.objects.get(id)?;
         s.construct_us.map(|c| s.create_time_us + c)
@@ -447,7 +419,7 @@ impl Store {
         self.objects
             .get(id)
             .filter(|e| e.is_readable())
-            .map(|e| e.location)
+            .map(Entry::location)
     }
 
     /// Deletes `id` now, or once it is unreferenced and sealed.
@@ -484,7 +456,7 @@ impl Store {
             .objects
             .get_mut(&id)
             .ok_or(StoreError::ObjectNotFound(id))?;
-        match e.state {
+        match e.state() {
             ObjectState::Sealed => Err(StoreError::AlreadySealed(id)),
             ObjectState::Created { creator } if creator != client => {
                 Err(StoreError::NotCreator(id))
@@ -509,35 +481,36 @@ impl Store {
     /// A sealed object lost its last reference: free it if a delete is
     /// pending, else make it evictable.
     fn became_unreferenced(&mut self, id: ObjectId, fx: &mut Effects) {
-        let Some(e) = self.objects.get_mut(&id) else {
+        let Some(pos) = self.objects.position(&id) else {
             return;
         };
+        let e = self.objects.at(pos);
         if e.spilling || e.restoring {
             return; // finish_spill, abort_spill or finish_restore decides
         }
         if e.delete_pending {
             self.remove_object(id, true, fx);
         } else if !e.evictable {
-            e.evictable = true;
-            self.policy.add(id, e.alloc_size);
+            self.make_evictable(pos);
             self.room_made += 1;
         }
     }
 
     fn remove_object(&mut self, id: ObjectId, announce: bool, fx: &mut Effects) {
+        let Some(pos) = self.objects.position(&id) else {
+            return;
+        };
+        self.not_evictable(pos);
         let Some(e) = self.objects.remove(&id) else {
             return;
         };
-        if e.evictable {
-            self.policy.remove(&id);
-        }
         if e.is_sealed() {
             self.sealed_count -= 1;
         }
         if e.ref_count > 0 {
             self.referenced_count -= 1;
         }
-        self.alloc.free_range(e.location.offset, e.alloc_size);
+        self.alloc.free_range(e.offset, e.alloc_size());
         self.room_made += 1;
         if !e.is_sealed() {
             fx.aborted.push(id);

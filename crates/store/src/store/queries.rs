@@ -43,13 +43,13 @@ impl Store {
             .unwrap_or_default();
         self.objects
             .iter()
-            .map(|(id, e)| ObjectInfo {
-                id: *id,
-                location: e.location,
-                ref_count: e.ref_count + held.get(id).copied().unwrap_or(0),
-                state: e.state,
+            .map(|e| ObjectInfo {
+                id: e.id,
+                location: e.location(),
+                ref_count: e.ref_count + held.get(&e.id).copied().unwrap_or(0),
+                state: e.state(),
                 create_time_us: e.create_time_us,
-                construct_duration_us: e.seal_time_us.map(|s| s - e.create_time_us),
+                construct_duration_us: e.seal_time_us().map(|s| s - e.create_time_us),
                 delete_pending: e.delete_pending,
                 spilled: false,
             })
@@ -99,7 +99,7 @@ impl Store {
             largest_free_block: self.alloc.largest_free(),
             free_blocks: self.alloc.free_ranges() as u64,
             fragmentation: self.alloc.fragmentation(),
-            evictable_bytes: self.policy.bytes(),
+            evictable_bytes: self.evictable_bytes(),
             spilled_objects: self.spill.as_ref().map_or(0, |t| t.objects.len() as u64),
             spilled_bytes: self.spill.as_ref().map_or(0, |t| t.live_bytes()),
             spill_dir_bytes: self.spill.as_ref().map_or(0, |t| t.used),
@@ -123,7 +123,7 @@ impl Store {
     pub fn evictable_bytes_among(&self, ids: &[ObjectId]) -> u64 {
         ids.iter()
             .filter_map(|id| self.objects.get(id).filter(|e| e.evictable))
-            .map(|e| e.alloc_size)
+            .map(|e| e.alloc_size())
             .sum()
     }
 

@@ -8,7 +8,7 @@
 use super::Store;
 use crate::error::StoreError;
 use crate::events::{Effects, Notice};
-use crate::object::{Entry, Location, ObjectState};
+use crate::object::{Entry, Location};
 use crate::spill::{SpillRef, Spilled};
 use ferroplasma_protocol::layout::allocation_size;
 use ferroplasma_protocol::ObjectId;
@@ -53,7 +53,7 @@ impl Store {
         let need = allocation_size(data_size, metadata_size);
         if self.spill.is_none()
             || need > self.alloc.capacity()
-            || self.alloc.free() + self.policy.bytes() < need
+            || self.alloc.free() + self.evictable_bytes() < need
         {
             return Vec::new();
         }
@@ -66,17 +66,19 @@ impl Store {
         let batch = (self.capacity / 8).min(SPILL_BATCH_MAX);
         let mut plan = Vec::new();
         let (mut planned, mut fits) = (0, false);
-        for id in self.policy.victims() {
+        for id in self.victims() {
             if fits && planned >= batch {
                 break;
             }
-            let e = &self.objects[&id];
-            sim.free_range(e.location.offset, e.alloc_size);
-            planned += e.alloc_size;
+            let Some(e) = self.objects.get(&id) else {
+                continue;
+            };
+            sim.free_range(e.offset, e.alloc_size());
+            planned += e.alloc_size();
             plan.push(SpillVictim {
                 id,
-                offset: e.location.offset,
-                len: e.alloc_size,
+                offset: e.offset,
+                len: e.alloc_size(),
             });
             fits = fits || sim.allocate(need).is_some();
         }
@@ -105,11 +107,9 @@ impl Store {
             limit: s.limit,
         })?;
         for v in victims {
-            if let Some(e) = self.objects.get_mut(&v.id) {
-                e.spilling = true;
-                if std::mem::take(&mut e.evictable) {
-                    self.policy.remove(&v.id);
-                }
+            if let Some(pos) = self.objects.position(&v.id) {
+                self.objects.at_mut(pos).spilling = true;
+                self.not_evictable(pos);
             }
         }
         Ok(segment)
@@ -146,7 +146,7 @@ impl Store {
             }
             let e = self.objects.remove(&v.id).expect("present");
             self.sealed_count -= 1;
-            self.alloc.free_range(e.location.offset, e.alloc_size);
+            self.alloc.free_range(e.offset, e.alloc_size());
             self.room_made += 1;
             batch.push((
                 v.id,
@@ -154,12 +154,12 @@ impl Store {
                     at: SpillRef {
                         segment,
                         offset: off,
-                        len: e.alloc_size,
+                        len: e.alloc_size(),
                     },
-                    data_size: e.location.data_size,
-                    metadata_size: e.location.metadata_size,
+                    data_size: e.data_size,
+                    metadata_size: e.metadata_size,
                     create_time_us: e.create_time_us,
-                    construct_us: e.seal_time_us.map(|t| t - e.create_time_us),
+                    construct_us: e.seal_time_us().map(|t| t - e.create_time_us),
                 },
             ));
         }
@@ -222,19 +222,11 @@ impl Store {
             data_size,
             metadata_size,
         };
-        let entry = Entry {
-            location,
-            alloc_size: need,
-            state: ObjectState::Sealed,
-            ref_count: 0,
-            create_time_us: s.create_time_us,
-            seal_time_us: s.construct_us.map(|c| s.create_time_us + c),
-            delete_pending: false,
-            evictable: false,
-            spilling: false,
-            restoring: true,
-        };
-        self.objects.insert(id, entry);
+        // Spilled objects were sealed: construct_us is always there.
+        let sealed_at = s.create_time_us + s.construct_us.unwrap_or(0);
+        let mut entry = Entry::sealed(id, location, s.create_time_us, sealed_at);
+        entry.restoring = true;
+        self.objects.insert(entry);
         self.sealed_count += 1;
         Ok((location, s.at, fx))
     }
