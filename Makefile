@@ -9,7 +9,7 @@ ARGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: help test-sysdeps build c-lib install-c header test-go wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-cluster bench-scan bench-jobs stress scale chaos clean
+.PHONY: help test-sysdeps build c-lib install-c header test-go wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-scale bench-cluster bench-scan bench-jobs stress scale chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -144,6 +144,10 @@ bench: ## Per-operation latency next to a Unix-socket round trip, as ratios; wit
 	target/release/ferroplasma-bench --json target/bench-latency.json
 	target/release/ferroplasma-bench-metrics
 	target/release/ferroplasma-bench-state
+
+# QUICK=1: 10^3 to 10^5 objects (minutes), results in bench/results/.
+bench-scale: build ## get, contains, batched get, put and the store's RSS against the object count (10^3..10^7, 64 B) for ferroplasma, Plasma, Ray, shared_memory, interleaved; QUICK=1
+	cd bench && ../$(VENV)/bin/python -m scale.run --setup $(if $(QUICK),--quick)
 
 bench-cluster: build ## Local vs remote gets, the microbenchmarks of the ThymesisFlow Plasma paper (Abrahamse et al., 2022), across two network namespaces next to raw TCP (root); plot into docs/img
 	$(CARGO) build --release --bin ferroplasma --bin ferroplasma-bench-cluster

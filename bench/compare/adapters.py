@@ -190,6 +190,7 @@ class FerroplasmaAdapter(_PlasmaShaped):
         self._stack = contextlib.ExitStack()
         self.client = None
         self.socket = None
+        self.store = None
 
     def start(self, capacity, workdir):
         import ferroplasma as fp
@@ -198,6 +199,7 @@ class FerroplasmaAdapter(_PlasmaShaped):
         store = self._stack.enter_context(
             fp.start_store(str(capacity), socket=os.path.join(workdir, "ferroplasma.sock"))
         )
+        self.store = store  # its process: bench/scale reads its memory
         self.socket = store.socket
         self.client = fp.connect(self.socket)
 

@@ -84,15 +84,16 @@ def python_for(system: str) -> str:
 
 # ---------------------------------------------------------------------- worker
 class Worker:
-    """One system's worker process, driven by JSON lines."""
+    """One system's worker process, driven by JSON lines; `module` is the
+    worker's module (bench/scale drives its own with the same protocol)."""
 
-    def __init__(self, system: str, log_dir: str):
+    def __init__(self, system: str, log_dir: str, module: str = "compare.worker"):
         self.system = system
         self.log_path = os.path.join(log_dir, f"{system}.log")
         env = dict(os.environ, PYTHONPATH=BENCH_DIR, PYTHONUNBUFFERED="1")
         env.pop("VIRTUAL_ENV", None)
         self.proc = subprocess.Popen(
-            [python_for(system), "-m", "compare.worker", system],
+            [python_for(system), "-m", module, system],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=open(self.log_path, "ab"),
