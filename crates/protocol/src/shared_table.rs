@@ -161,9 +161,14 @@ pub struct Header {
     /// The hash key of this store.
     pub key: AtomicU64,
     /// What this store's table does beyond the first layout
-    /// ([`FEATURE_REACH`], [`FEATURE_COUNTS`]); a store that does not set a
-    /// bit leaves it 0.
+    /// ([`FEATURE_REACH`], [`FEATURE_COUNTS`], [`FEATURE_REPLACED`]); a
+    /// store that does not set a bit leaves it 0.
     pub features: AtomicU64,
+    /// Non-zero once the store has moved every object of this table into
+    /// another, larger or smaller (its number of slots): a client asks for
+    /// the new one (`AttachTable`) when an id is not found here. Present
+    /// when the store sets [`FEATURE_REPLACED`].
+    pub replaced: AtomicU64,
 }
 
 /// In [`Header::features`]: the store keeps each home slot's reach
@@ -175,6 +180,12 @@ pub const FEATURE_REACH: u64 = 1;
 /// [`COUNTS`] (and is [`holds_region_len`] long). Without it (an older
 /// store, whose regions end after the ring), a client counts nothing.
 pub const FEATURE_COUNTS: u64 = 2;
+
+/// In [`Header::features`]: the store replaces the table when it fills or
+/// empties (it moves every object into a new one, sets [`Header::replaced`]
+/// here, and hands the new one to clients that ask with `AttachTable`).
+/// Without it (an older store), the table never changes.
+pub const FEATURE_REPLACED: u64 = 4;
 
 /// One slot: an object's id, where its bytes lie and a sequence number
 /// (odd while the store writes the slot).
@@ -230,6 +241,15 @@ pub fn id_words(id: &ObjectId) -> [u64; 3] {
         u64::from_le_bytes(a)
     };
     [w(0..8), w(8..16), w(16..20)]
+}
+
+/// The id a slot's three words hold (the inverse of [`id_words`]).
+pub fn id_of_words(words: &[u64; 3]) -> ObjectId {
+    let mut b = [0u8; 20];
+    b[..8].copy_from_slice(&words[0].to_le_bytes());
+    b[8..16].copy_from_slice(&words[1].to_le_bytes());
+    b[16..].copy_from_slice(&words[2].to_le_bytes()[..4]);
+    ObjectId(b)
 }
 
 /// A hint to load the cache line at `p`; never faults, never changes

@@ -296,8 +296,9 @@ impl Store {
             self.became_unreferenced(id, fx);
         }
         if let Some(r) = &self.readers {
-            if self.objects.get(&id).is_some_and(|e| e.is_readable()) {
-                r.readable(id, loc);
+            if self.objects.get(&id).is_some_and(|e| e.is_readable()) && !r.readable(id, loc) {
+                // Full or crowded: rebuilt larger (which publishes it too).
+                self.resize_readers(true);
             }
         }
     }
@@ -329,7 +330,7 @@ impl Store {
         e.ref_count += 1;
         let loc = e.location;
         if let Some(r) = &self.readers {
-            r.readable(id, loc);
+            let _ = r.readable(id, loc);
         }
         *self
             .clients
@@ -359,7 +360,7 @@ impl Store {
                 e.ref_count += 1;
                 *refs.entry(*id).or_insert(0) += 1;
                 if let Some(r) = &self.readers {
-                    r.readable(*id, e.location);
+                    let _ = r.readable(*id, e.location);
                 }
                 Some(e.location)
             })
