@@ -27,7 +27,7 @@ pub struct ObjectBuffer {
     pub(crate) creator: Option<u64>,
     /// For a buffer read through the shared table: the slot it holds
     /// (given back on drop instead of a release to the store).
-    pub(crate) hold: Option<usize>,
+    pub(crate) hold: Option<(std::sync::Arc<crate::shared_table::TableView>, usize)>,
 }
 
 // Safety: the pointers refer to the shared mapping, which `session` keeps
@@ -72,8 +72,8 @@ impl AsRef<[u8]> for ObjectBuffer {
 impl Drop for ObjectBuffer {
     fn drop(&mut self) {
         if self.armed {
-            match (self.hold, self.creator) {
-                (Some(slot), _) => self.session.give_back_hold(self.id, slot),
+            match (&self.hold, self.creator) {
+                (Some((table, slot)), _) => self.session.give_back_hold(self.id, table, *slot),
                 (None, Some(token)) => self.session.release_creator(self.id, token),
                 (None, None) => self.session.release_quietly(self.id),
             }

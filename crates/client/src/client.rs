@@ -3,6 +3,7 @@
 use crate::buffer::{MutableBuffer, ObjectBuffer};
 use crate::error::{ClientError, Result};
 use crate::session::Session;
+use crate::shared_table::TableView;
 use crate::subscription::Subscription;
 use ferroplasma_protocol::frame::MAX_IDS_PER_REQUEST;
 use ferroplasma_protocol::layout::metadata_offset;
@@ -259,40 +260,37 @@ impl Client {
         ids: &[ObjectId],
         timeout: Option<Duration>,
     ) -> Result<Vec<Option<ObjectBuffer>>> {
-        let Some(table) = self.inner.table.as_ref() else {
+        let Some(tables) = self.inner.table.as_ref() else {
             return self.get_from_store(ids, timeout);
         };
         self.inner.check_pid()?;
         // Sealed local objects come straight from the shared table; the rest
         // (not sealed yet, spilled, on another member, or busy) from the
         // store, in one request.
+        let mut table = tables.current();
         let mut out: Vec<Option<ObjectBuffer>> = Vec::with_capacity(ids.len());
         let mut rest: Vec<usize> = Vec::new();
         if ids.len() > 1 {
             table.prefetch(ids);
         }
         for (pos, id) in ids.iter().enumerate() {
-            match table.take(id) {
-                Take::Held(slot, v) => {
-                    // The hold itself is the reference (and what `release`
-                    // checks); an error below gives it back here.
-                    match self.buffer(*id, v.offset, v.data_size, v.metadata_size, Some(slot)) {
-                        Ok(b) => out.push(Some(b)),
-                        Err(e) => {
-                            self.inner.give_back_hold(*id, slot);
-                            return Err(e);
-                        }
+            out.push(None);
+            if !self.take_into(&table, pos, id, &mut out)? {
+                rest.push(pos);
+            }
+        }
+        // Missed in a table the store has replaced (it grew or shrank with
+        // the object count): those are looked for again in the new one.
+        if !rest.is_empty() {
+            if let Some(next) = self.inner.table_after(&table) {
+                table = next;
+                let mut still = Vec::new();
+                for pos in rest {
+                    if !self.take_into(&table, pos, &ids[pos], &mut out)? {
+                        still.push(pos);
                     }
                 }
-                Take::ReleaseThenAsk => {
-                    self.inner.release_adopted(*id);
-                    out.push(None);
-                    rest.push(pos);
-                }
-                Take::Absent | Take::Busy => {
-                    out.push(None);
-                    rest.push(pos);
-                }
+                rest = still;
             }
         }
         if rest.is_empty() {
@@ -306,6 +304,39 @@ impl Client {
         Ok(out)
     }
 
+    /// Takes `id` from `table` into `out[pos]`: true if the table served
+    /// it, false if the store must be asked.
+    fn take_into(
+        &self,
+        table: &Arc<TableView>,
+        pos: usize,
+        id: &ObjectId,
+        out: &mut [Option<ObjectBuffer>],
+    ) -> Result<bool> {
+        match table.take(id) {
+            Take::Held(slot, v) => {
+                // The hold itself is the reference (and what `release`
+                // checks); an error below gives it back here.
+                let hold = Some((table.clone(), slot));
+                match self.buffer(*id, v.offset, v.data_size, v.metadata_size, hold) {
+                    Ok(b) => {
+                        out[pos] = Some(b);
+                        Ok(true)
+                    }
+                    Err(e) => {
+                        self.inner.give_back_hold(*id, table, slot);
+                        Err(e)
+                    }
+                }
+            }
+            Take::ReleaseThenAsk => {
+                self.inner.release_adopted(*id);
+                Ok(false)
+            }
+            Take::Absent | Take::Busy => Ok(false),
+        }
+    }
+
     /// A buffer over a sealed object's bytes in the arena (bounds checked),
     /// holding a reference (`hold`: a hold on that slot of the shared table).
     fn buffer(
@@ -314,7 +345,7 @@ impl Client {
         offset: u64,
         data_size: u64,
         metadata_size: u64,
-        hold: Option<usize>,
+        hold: Option<(Arc<TableView>, usize)>,
     ) -> Result<ObjectBuffer> {
         let data = self.inner.checked_ptr(offset, data_size)?;
         let meta = self
@@ -447,11 +478,18 @@ impl Client {
     /// Whether each object is sealed in this store or, with `cluster`, on
     /// any live member of its cluster.
     pub fn contains_in(&self, ids: &[ObjectId], cluster: bool) -> Result<Vec<bool>> {
-        if let Some(table) = self.inner.table.as_ref() {
+        if let Some(tables) = self.inner.table.as_ref() {
             self.inner.check_pid()?;
             // Sealed local objects are in the shared table; only the others
             // (being created, spilled, or elsewhere) need the store.
-            let found: Vec<bool> = ids.iter().map(|id| table.contains(id)).collect();
+            let mut table = tables.current();
+            let mut found: Vec<bool> = ids.iter().map(|id| table.contains(id)).collect();
+            if !found.iter().all(|&f| f) {
+                if let Some(next) = self.inner.table_after(&table) {
+                    table = next;
+                    found = ids.iter().map(|id| table.contains(id)).collect();
+                }
+            }
             if found.iter().all(|&f| f) {
                 table.count(shared_table::COUNT_CONTAINS);
                 return Ok(found);

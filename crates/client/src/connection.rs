@@ -71,6 +71,48 @@ impl Conn {
         }
     }
 
+    /// Asks the store, on a connection of its own, for the object table in
+    /// use now and this client's holds region in it (after the table the
+    /// client has was replaced): its slots and the two descriptors.
+    pub fn attach_table(
+        path: &Path,
+        trust: &Trust,
+        client_id: u64,
+        token: &[u8],
+    ) -> Result<(u64, OwnedFd, OwnedFd)> {
+        let mut stream =
+            UnixStream::connect(path).map_err(|cause| ClientError::StoreUnavailable {
+                path: path.to_path_buf(),
+                cause,
+            })?;
+        trust.check(&stream, path)?;
+        let req = pb::Request {
+            request_id: 0,
+            body: Some(request::Body::AttachTable(pb::AttachTable {
+                protocol_version: PROTOCOL_VERSION,
+                client_id,
+                token: token.to_vec(),
+            })),
+        };
+        write_message(&mut stream, &req)?;
+        let (reply, fds, _) = recv_reply_with_fds(&stream)?;
+        match reply.body {
+            Some(reply::Body::AttachTable(a)) => {
+                let mut fds = fds.into_iter();
+                match (fds.next(), fds.next()) {
+                    (Some(table), Some(holds)) => Ok((a.table_slots, table, holds)),
+                    _ => Err(ClientError::Protocol(
+                        "the store sent no table descriptors".into(),
+                    )),
+                }
+            }
+            Some(reply::Body::Error(e)) => Err(e.into()),
+            other => Err(ClientError::Protocol(format!(
+                "expected an AttachTable reply, got {other:?}"
+            ))),
+        }
+    }
+
     /// The socket.
     pub fn stream(&self) -> &UnixStream {
         self.reader.get_ref()

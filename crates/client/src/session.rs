@@ -8,7 +8,7 @@ use crate::creators::CreatorRelease;
 use crate::error::{ClientError, Result};
 use crate::mapping::Mapping;
 use crate::releases::{Releases, RELEASE_DELAY};
-use crate::shared_table::TableView;
+use crate::shared_table::{TableView, Tables};
 use crate::trust::Trust;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
@@ -46,7 +46,7 @@ pub(crate) struct Session {
     pub(crate) releases: Releases,
     /// The store's object table in shared memory (gets without a round
     /// trip), if it publishes one.
-    pub(crate) table: Option<TableView>,
+    pub(crate) table: Option<Tables>,
 }
 
 /// Replies in flight between threads sharing one session.
@@ -83,7 +83,9 @@ impl Session {
         let table = match (hs.reply.table_slots, fds.next(), fds.next()) {
             // A table that cannot be mapped is not fatal: every operation
             // then asks the store.
-            (n, Some(table), Some(holds)) if n > 0 => TableView::map(table, holds, n).ok(),
+            (n, Some(table), Some(holds)) if n > 0 => TableView::map(table, holds, n)
+                .ok()
+                .map(|v| Tables::new(v, hs.reply.client_id, hs.reply.table_token.clone())),
             _ => None,
         };
         let file = File::from(fd);
@@ -333,13 +335,21 @@ impl Session {
     /// From the drop of a buffer read through the shared table: gives its
     /// hold on `slot` back (and, if the store had adopted it, the reference
     /// over the socket).
-    pub(crate) fn give_back_hold(self: &Arc<Self>, id: ObjectId, slot: usize) {
+    pub(crate) fn give_back_hold(self: &Arc<Self>, id: ObjectId, table: &TableView, slot: usize) {
         if self.check_pid().is_err() {
             return;
         }
-        if self.table.as_ref().is_some_and(|f| f.give_back(slot)) {
+        if table.give_back(slot) {
             self.defer_releases(vec![id]);
         }
+    }
+
+    /// The table that replaced `t` (the store rebuilt it for its object
+    /// count), asked for on a second connection; `None` if `t` is in use.
+    pub(crate) fn table_after(&self, t: &Arc<TableView>) -> Option<Arc<TableView>> {
+        self.table.as_ref()?.replacement(t, |client, token| {
+            Conn::attach_table(&self.socket, &self.trust, client, token)
+        })
     }
 
     /// The store adopted a hold this client took and gave back at once:

@@ -9,6 +9,7 @@ use memmap2::{MmapMut, MmapOptions, MmapRaw};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// The table (mapped read-only) and this client's holds (read-write).
 #[derive(Debug)]
@@ -27,6 +28,9 @@ pub(crate) struct TableView {
     /// Whether the holds region has room for counts
     /// (`shared_table::FEATURE_COUNTS`).
     counts: bool,
+    /// Whether the store may replace the table
+    /// (`shared_table::FEATURE_REPLACED`).
+    replaceable: bool,
 }
 
 impl TableView {
@@ -56,6 +60,7 @@ impl TableView {
             key: 0,
             reach: false,
             counts: false,
+            replaceable: false,
         };
         let h = v.header();
         if h.magic.load(Ordering::Acquire) != shared_table::MAGIC
@@ -70,7 +75,14 @@ impl TableView {
         v.key = key;
         v.reach = features & shared_table::FEATURE_REACH != 0;
         v.counts = features & shared_table::FEATURE_COUNTS != 0;
+        v.replaceable = features & shared_table::FEATURE_REPLACED != 0;
         Ok(v)
+    }
+
+    /// Whether the store moved every object of this table into another
+    /// (it grew or shrank with the store's object count).
+    pub fn replaced(&self) -> bool {
+        self.replaceable && self.header().replaced.load(Ordering::Acquire) != 0
     }
 
     fn header(&self) -> &Header {
@@ -167,7 +179,13 @@ impl TableView {
         let words = shared_table::id_words(id);
         let tag = self.tag(&words);
         let (holds, tags) = (self.holds(), self.tags());
-        shared_table::window(&words, self.key, self.slots).any(|i| {
+        let home = shared_table::home(&words, self.key, self.slots);
+        let len = if self.reach {
+            shared_table::MAX_REACH
+        } else {
+            shared_table::PROBES
+        };
+        shared_table::window_of(home, self.slots, len).any(|i| {
             tags[i].load(Ordering::Relaxed) == tag
                 && holds[i].load(Ordering::Relaxed) & !shared_table::ADOPTED != 0
         })
@@ -205,5 +223,72 @@ impl TableView {
             ),
             Ok(Some(_))
         )
+    }
+}
+
+/// The table in use, and how to get the one that replaces it when the
+/// store rebuilds it for its object count (docs/protocol.md, "A table that
+/// grows"). Buffers read through a table keep it (an `Arc`): a replaced
+/// table stays mapped while any of its holds is alive.
+#[derive(Debug)]
+pub(crate) struct Tables {
+    current: RwLock<Arc<TableView>>,
+    /// Replaced tables, while buffers of theirs are alive (`holds_id`).
+    old: Mutex<Vec<Weak<TableView>>>,
+    /// This connection's id and secret, for `AttachTable`.
+    client_id: u64,
+    token: Vec<u8>,
+}
+
+impl Tables {
+    pub fn new(view: TableView, client_id: u64, token: Vec<u8>) -> Self {
+        Self {
+            current: RwLock::new(Arc::new(view)),
+            old: Mutex::new(Vec::new()),
+            client_id,
+            token,
+        }
+    }
+
+    /// The table in use.
+    pub fn current(&self) -> Arc<TableView> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The table that replaced `t`, if the store replaced it: asked for
+    /// once (on a second connection, `attach`), then used by every thread.
+    /// `None` when `t` is still in use or the store would not say (every
+    /// read then asks the store, as without a table).
+    pub fn replacement(
+        &self,
+        t: &Arc<TableView>,
+        attach: impl FnOnce(u64, &[u8]) -> Result<(u64, OwnedFd, OwnedFd)>,
+    ) -> Option<Arc<TableView>> {
+        if !t.replaced() {
+            return None;
+        }
+        let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
+        if !Arc::ptr_eq(&cur, t) {
+            return Some(cur.clone()); // another thread got it first
+        }
+        let (slots, table, holds) = attach(self.client_id, &self.token).ok()?;
+        let next = Arc::new(TableView::map(table, holds, slots).ok()?);
+        let was = std::mem::replace(&mut *cur, next.clone());
+        let mut old = self.old.lock().unwrap_or_else(|p| p.into_inner());
+        old.retain(|w| w.strong_count() > 0);
+        old.push(Arc::downgrade(&was));
+        Some(next)
+    }
+
+    /// Whether this process holds `id` through any table it read from.
+    pub fn holds_id(&self, id: &ObjectId) -> bool {
+        if self.current().holds_id(id) {
+            return true;
+        }
+        let old = self.old.lock().unwrap_or_else(|p| p.into_inner());
+        old.iter().filter_map(Weak::upgrade).any(|t| t.holds_id(id))
     }
 }

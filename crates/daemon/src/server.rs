@@ -90,7 +90,7 @@ pub async fn serve_until(
         0 => None,
         // The table only saves round trips: a kernel that cannot seal it
         // (before Linux 5.1) gets a store without it, and is told.
-        n => match SharedTable::create(n as usize) {
+        n => match SharedTable::create(n as usize, useful_slots as usize) {
             Ok(t) => Some(Arc::new(t)),
             Err(e) => {
                 tracing::warn!(
@@ -107,7 +107,20 @@ pub async fn serve_until(
         None => None,
     };
     let spills = spill.is_some();
+    let has_table = table.is_some();
     let shared = SharedRef::new(store, arena, spill, table);
+    if has_table {
+        // The table grows as objects are sealed; it shrinks back here, once
+        // a second, when deletes left it under an eighth full.
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                shared.lock().store.resize_readers(false);
+            }
+        });
+    }
     if spills {
         // A spill directory removed under the store is noticed within a
         // second, even by a store nobody writes to.

@@ -9,44 +9,70 @@
 //! (`F_SEAL_FUTURE_WRITE`), so the kernel refuses a writable mapping of it
 //! however a client reopens it (`/proc/self/fd/N`). Each
 //! client gets its own holds region, which only it and the store map.
+//!
+//! The table follows the store's object count (docs/protocol.md, "A table
+//! that grows"): when it fills (a publish finds its window full, or three
+//! quarters of the slots are taken) or empties (under an eighth), the
+//! store builds a new one for twice its readable objects, publishes them
+//! there, retires every slot of the old one and adopts the holds clients
+//! had there (they become store references, as when an object is freed),
+//! and marks the old table replaced. A client that misses in a replaced
+//! table asks for the new one (`AttachTable`) on a second connection.
+//! Nothing per object is kept here beyond the table itself: an object's
+//! slot is found by reading the table, as a client does.
 
 use crate::arena::Arena;
 use crate::DaemonError;
 use ferroplasma_protocol::shared_table::{self, Header, Slot, SLOT_BYTES};
-use ferroplasma_protocol::{IdHasher, ObjectId};
+use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{ClientId, Location, Readers};
 use memmap2::MmapRaw;
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The published objects and every client's holds.
 #[derive(Debug)]
 pub struct SharedTable {
-    table: Arena,
-    /// The read-only descriptor every client gets.
+    state: Mutex<State>,
+    /// The fewest slots the table has (`--table-slots`).
+    min_slots: usize,
+    /// The most it may grow to (one object per 64 bytes of the arena).
+    max_slots: usize,
+}
+
+/// One table: its memory and the read-only descriptor clients get.
+#[derive(Debug)]
+struct Table {
+    map: Arena,
     read_only: OwnedFd,
     slots: usize,
     key: u64,
-    state: Mutex<State>,
 }
 
 #[derive(Debug, Default)]
+struct Tokens(HashMap<ClientId, [u8; 16]>);
+
+#[derive(Debug)]
 struct State {
-    /// Published objects and their slots.
-    index: HashMap<ObjectId, usize, IdHasher>,
-    /// The object published in each slot.
-    taken: Vec<Option<ObjectId>>,
+    table: Table,
+    /// Tables built so far (the first is 1): a scan of holds taken in one
+    /// table is not applied to another.
+    generation: u64,
+    /// Objects published now.
+    published: usize,
     /// How far the object in each slot lies from its home slot.
     distance: Vec<u8>,
     /// Each slot's reach as a home (as written in the table).
     reach: Vec<u8>,
-    /// Each connected client's holds region, and how far the store has
-    /// read its ring of releases.
+    /// Each client's holds region in this table, and how far the store
+    /// has read its ring of releases.
     holds: HashMap<ClientId, (Arc<MmapRaw>, u64)>,
-    /// What each connected client has answered from the table, as counted
-    /// into `answered` so far.
+    /// Each connected client's secret for `AttachTable`.
+    tokens: Tokens,
+    /// What each client has answered from the table, as counted into
+    /// `answered` so far (for its region in this table).
     counted: HashMap<ClientId, TableAnswers>,
     /// Requests answered from the table not yet taken by
     /// [`SharedTable::take_answered`].
@@ -67,41 +93,108 @@ pub struct TableAnswers {
     pub releases: u64,
 }
 
-impl SharedTable {
-    /// A table of `slots` slots (at least [`shared_table::PROBES`]).
-    pub fn create(slots: usize) -> Result<Self, DaemonError> {
+/// What a client needs to read the table in use: its descriptors and size.
+#[derive(Debug)]
+pub struct Attached {
+    /// The table, read-only.
+    pub table: OwnedFd,
+    /// The client's holds region in it.
+    pub holds: OwnedFd,
+    /// Its number of slots.
+    pub slots: usize,
+    /// The client's secret for `AttachTable`.
+    pub token: [u8; 16],
+}
+
+impl Table {
+    fn create(slots: usize) -> Result<Self, DaemonError> {
         let slots = slots.max(shared_table::PROBES);
-        let table = Arena::create_store_writable(((slots + 1) * SLOT_BYTES) as u64)?;
+        let map = Arena::create_store_writable(((slots + 1) * SLOT_BYTES) as u64)?;
         // Backed now (16 MiB by default, a few ms at start): every seal
         // publishes into a random slot, and a first touch of its page would
         // cost that seal a page fault.
-        table.prefault();
-        let mut k = [0u8; 8];
-        getrandom::fill(&mut k)
-            .map_err(|e| DaemonError::io("table hash key", std::io::Error::other(e.to_string())))?;
-        let key = u64::from_le_bytes(k);
-        let read_only = table.read_only_fd()?;
+        map.prefault();
+        let key = u64::from_le_bytes(random()?[..8].try_into().expect("8 bytes"));
+        let read_only = map.read_only_fd()?;
         let t = Self {
-            table,
+            map,
             read_only,
             slots,
             key,
-            state: Mutex::new(State {
-                taken: vec![None; slots],
-                distance: vec![0; slots],
-                reach: vec![0; slots],
-                ..Default::default()
-            }),
         };
         let h = t.header();
         h.slots.store(slots as u64, Ordering::Relaxed);
         h.key.store(key, Ordering::Relaxed);
         h.features.store(
-            shared_table::FEATURE_REACH | shared_table::FEATURE_COUNTS,
+            shared_table::FEATURE_REACH
+                | shared_table::FEATURE_COUNTS
+                | shared_table::FEATURE_REPLACED,
             Ordering::Relaxed,
         );
         h.magic.store(shared_table::MAGIC, Ordering::Release);
         Ok(t)
+    }
+
+    fn header(&self) -> &Header {
+        // Safety: the mapping is page-aligned and at least one header long;
+        // `Header` is a `repr(C)` block of atomics, valid for any bytes
+        // (zeroed memory included), and the mapping lives as long as `self`.
+        unsafe { &*(self.map.ptr() as *const Header) }
+    }
+
+    fn slots(&self) -> &[Slot] {
+        // Safety: as for `header`: the slots follow the header inside the
+        // mapping (sized for `slots + 1` blocks of 64 bytes), `Slot` is a
+        // `repr(C)` block of atomics valid for any bytes.
+        unsafe {
+            std::slice::from_raw_parts(self.map.ptr().add(SLOT_BYTES) as *const Slot, self.slots)
+        }
+    }
+
+    fn words(&self, id: &ObjectId) -> ([u64; 3], usize) {
+        let words = shared_table::id_words(id);
+        let home = shared_table::home(&words, self.key, self.slots);
+        (words, home)
+    }
+
+    /// The slot `id` is published in (the store is the only writer, and
+    /// holds the lock: its reads of its own slots are consistent).
+    fn find(&self, st: &State, id: &ObjectId) -> Option<usize> {
+        let (words, home) = self.words(id);
+        let slots = self.slots();
+        shared_table::window_of(home, self.slots, st.reach[home] as usize).find(|&i| {
+            let v = &slots[i];
+            v.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED
+                && [0, 1, 2].map(|w| v.id[w].load(Ordering::Relaxed)) == words
+        })
+    }
+
+    /// The object published in slot `i`, if any.
+    fn object_at(&self, i: usize) -> Option<ObjectId> {
+        let v = self.slots().get(i)?;
+        (v.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED)
+            .then(|| shared_table::id_of_words(&[0, 1, 2].map(|w| v.id[w].load(Ordering::Relaxed))))
+    }
+}
+
+fn random() -> Result<[u8; 16], DaemonError> {
+    let mut k = [0u8; 16];
+    getrandom::fill(&mut k)
+        .map_err(|e| DaemonError::io("random bytes", std::io::Error::other(e.to_string())))?;
+    Ok(k)
+}
+
+impl SharedTable {
+    /// A table of `slots` slots (at least [`shared_table::PROBES`]), which
+    /// grows up to `max_slots` and shrinks back to `slots`.
+    pub fn create(slots: usize, max_slots: usize) -> Result<Self, DaemonError> {
+        let table = Table::create(slots)?;
+        let min_slots = table.slots;
+        Ok(Self {
+            state: Mutex::new(State::new(table, 1)),
+            min_slots,
+            max_slots: max_slots.max(min_slots),
+        })
     }
 
     /// Asks the CPU to start loading what publishing `ids` will touch (each
@@ -112,27 +205,11 @@ impl SharedTable {
     /// taken around the seals in `ferroplasma-bench-cluster --loopback`).
     pub fn prefetch(&self, ids: &[ObjectId]) {
         let st = self.lock();
-        let slots = self.slots();
+        let slots = st.table.slots();
         for id in ids {
-            let i = shared_table::home(&shared_table::id_words(id), self.key, self.slots);
+            let (_, i) = st.table.words(id);
             shared_table::prefetch(slots[i].seq.as_ptr());
-            shared_table::prefetch(&st.taken[i]);
-        }
-    }
-
-    fn header(&self) -> &Header {
-        // Safety: the mapping is page-aligned and at least one header long;
-        // `Header` is a `repr(C)` block of atomics, valid for any bytes
-        // (zeroed memory included), and the mapping lives as long as `self`.
-        unsafe { &*(self.table.ptr() as *const Header) }
-    }
-
-    fn slots(&self) -> &[Slot] {
-        // Safety: as for `header`: the slots follow the header inside the
-        // mapping (sized for `slots + 1` blocks of 64 bytes), `Slot` is a
-        // `repr(C)` block of atomics valid for any bytes.
-        unsafe {
-            std::slice::from_raw_parts(self.table.ptr().add(SLOT_BYTES) as *const Slot, self.slots)
+            shared_table::prefetch(&st.reach[i]);
         }
     }
 
@@ -162,36 +239,63 @@ impl SharedTable {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The table's read-only descriptor, for clients.
-    pub fn table_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.read_only.as_fd()
+    /// Creates `client`'s holds region in the table in use and its secret
+    /// for `AttachTable`; returns the descriptors to send it (the store
+    /// keeps just the mappings, so a client costs the store one descriptor,
+    /// its socket, once the handshake is sent).
+    pub fn add_client(&self, client: ClientId) -> Result<Attached, DaemonError> {
+        let token = random()?;
+        let mut st = self.lock();
+        st.tokens.0.insert(client, token);
+        Self::attach_locked(&mut st, client, token)
     }
 
-    /// Number of slots.
-    pub fn len(&self) -> usize {
-        self.slots
+    /// The table in use and `client`'s holds region in it, for a client
+    /// whose table was replaced (`AttachTable`); `None` unless `token` is
+    /// the one `client` was given.
+    pub fn attach(&self, client: ClientId, token: &[u8]) -> Option<Result<Attached, DaemonError>> {
+        let mut st = self.lock();
+        let known = *st.tokens.0.get(&client)?;
+        if !constant_time_eq(&known, token) {
+            return None;
+        }
+        Some(Self::attach_locked(&mut st, client, known))
     }
 
-    /// Creates `client`'s holds region; returns its descriptor, the only
-    /// one: the store keeps just the mapping, so a client costs the store
-    /// one descriptor (its socket) once the handshake is sent.
-    pub fn add_client(&self, client: ClientId) -> Result<OwnedFd, DaemonError> {
+    fn attach_locked(
+        st: &mut State,
+        client: ClientId,
+        token: [u8; 16],
+    ) -> Result<Attached, DaemonError> {
+        let slots = st.table.slots;
         // Sealed against resizing: a client that truncated it would fault
         // the store's next read of it.
-        let region = Arena::create_fixed_size(shared_table::holds_region_len(self.slots) as u64)?;
+        let region = Arena::create_fixed_size(shared_table::holds_region_len(slots) as u64)?;
         let (file, map) = region.into_parts();
-        self.lock().holds.insert(client, (Arc::new(map), 0));
-        Ok(OwnedFd::from(file))
+        let table = st
+            .table
+            .read_only
+            .try_clone()
+            .map_err(|e| DaemonError::io("the table's descriptor", e))?;
+        Self::count_answers(st, client);
+        st.holds.insert(client, (Arc::new(map), 0));
+        st.counted.remove(&client);
+        Ok(Attached {
+            table,
+            holds: OwnedFd::from(file),
+            slots,
+            token,
+        })
     }
 
     /// Drops `client`'s holds region (it disconnected: the holds the store
     /// adopted were store references, released with the client's others).
     pub fn remove_client(&self, client: ClientId) {
         let mut st = self.lock();
-        Self::count_answers(&mut st, client, self.slots);
+        Self::count_answers(&mut st, client);
         st.holds.remove(&client);
         st.counted.remove(&client);
+        st.tokens.0.remove(&client);
     }
 
     /// The requests clients answered from the table since the last call
@@ -202,16 +306,16 @@ impl SharedTable {
         let mut st = self.lock();
         let clients: Vec<ClientId> = st.holds.keys().copied().collect();
         for c in clients {
-            Self::count_answers(&mut st, c, self.slots);
+            Self::count_answers(&mut st, c);
         }
         std::mem::take(&mut st.answered)
     }
 
-    fn count_answers(st: &mut State, client: ClientId, slots: usize) {
+    fn count_answers(st: &mut State, client: ClientId) {
         let Some((region, _)) = st.holds.get(&client) else {
             return;
         };
-        let now = Self::answers_of(region, slots);
+        let now = Self::answers_of(region, st.table.slots);
         let seen = st.counted.entry(client).or_default();
         // Growth since the last look, capped (a client writes what it
         // likes: it may inflate the totals, by at most 2^32 a look, never
@@ -253,20 +357,96 @@ impl SharedTable {
     /// The clients' holds regions as they are now, to be scanned without
     /// the table's lock (and off the store's thread): `stats`.
     pub fn hold_scan(&self) -> HoldScan {
+        let st = self.lock();
         HoldScan {
-            regions: self.lock().holds.values().map(|(r, _)| r.clone()).collect(),
-            slots: self.slots,
+            regions: st.holds.values().map(|(r, _)| r.clone()).collect(),
+            slots: st.table.slots,
+            generation: st.generation,
         }
     }
 
-    /// The objects published in `slots` now (slots empty now are skipped).
-    pub fn objects_in(&self, slots: &[usize]) -> Vec<ObjectId> {
+    /// The objects published now in the slots a scan found held (none if
+    /// the table was replaced since the scan).
+    pub fn objects_in(&self, scan: &HoldScan, slots: &[usize]) -> Vec<ObjectId> {
         let st = self.lock();
+        if st.generation != scan.generation {
+            return Vec::new();
+        }
         slots
             .iter()
-            .filter_map(|&i| st.taken.get(i).copied().flatten())
+            .filter_map(|&i| st.table.object_at(i))
             .collect()
     }
+
+    /// Publishes `id` in `st`'s table; false when its window is full.
+    fn publish(st: &mut State, id: &ObjectId, loc: &Location) -> bool {
+        let (words, home) = st.table.words(id);
+        let n = st.table.slots;
+        let slots = st.table.slots();
+        let free = |i: usize| slots[i].state.load(Ordering::Relaxed) as u32 != shared_table::SEALED;
+        let Some((k, i)) = shared_table::window_of(home, n, shared_table::MAX_REACH)
+            .enumerate()
+            .find(|&(_, i)| free(i))
+        else {
+            return false;
+        };
+        if st.reach[home] as usize <= k {
+            // Raised before the object is published, so a reader that
+            // finds it published finds the home's reach covering it.
+            st.reach[home] = k as u8 + 1;
+            slots[home].set_reach(k as u32 + 1);
+        }
+        slots[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
+        st.distance[i] = k as u8;
+        st.published += 1;
+        true
+    }
+
+    /// Whether the table should be rebuilt for `objects` readable objects,
+    /// and with how many slots: larger (twice the objects) once three
+    /// quarters of its slots are taken, or when a publish found its whole
+    /// window of [`shared_table::MAX_REACH`] slots taken in a table over a
+    /// quarter full (twice the slots then); smaller (twice the objects, not
+    /// under `--table-slots`) once under an eighth are.
+    fn size_for(&self, st: &State, objects: usize, full: bool) -> Option<usize> {
+        let slots = st.table.slots;
+        let twice = |n: usize| n.saturating_mul(2).clamp(self.min_slots, self.max_slots);
+        let want = if objects.saturating_mul(4) > slots.saturating_mul(3) {
+            twice(objects)
+        } else if full && objects.saturating_mul(4) > slots {
+            // (A full window in a table a quarter full or less is ids aimed
+            // at one window, which the keyed hash makes hard: not worth a
+            // rebuild.)
+            twice(objects.max(slots))
+        } else if objects.saturating_mul(8) < slots {
+            twice(objects)
+        } else {
+            return None;
+        };
+        (want != slots).then_some(want)
+    }
+}
+
+impl State {
+    fn new(table: Table, generation: u64) -> Self {
+        let slots = table.slots;
+        Self {
+            table,
+            generation,
+            published: 0,
+            distance: vec![0; slots],
+            reach: vec![0; slots],
+            holds: HashMap::new(),
+            tokens: Tokens::default(),
+            counted: HashMap::new(),
+            answered: TableAnswers::default(),
+        }
+    }
+}
+
+/// Compares two secrets in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// The holds regions of the clients connected when it was taken (a region
@@ -275,6 +455,7 @@ impl SharedTable {
 pub struct HoldScan {
     regions: Vec<Arc<MmapRaw>>,
     slots: usize,
+    generation: u64,
 }
 
 impl HoldScan {
@@ -298,106 +479,165 @@ impl HoldScan {
 }
 
 impl Readers for SharedTable {
-    fn readable(&self, id: ObjectId, loc: Location) {
+    fn readable(&self, id: ObjectId, loc: Location) -> bool {
         let mut st = self.lock();
-        if st.index.contains_key(&id) {
-            return;
+        if st.table.find(&st, &id).is_some() {
+            return true;
         }
-        let words = shared_table::id_words(&id);
-        let home = shared_table::home(&words, self.key, self.slots);
-        let Some((k, i)) = shared_table::window_from(home, self.slots)
-            .enumerate()
-            .find(|&(_, i)| st.taken[i].is_none())
-        else {
-            return; // the window is full: this object is read the slow way
-        };
-        let slots = self.slots();
-        if st.reach[home] as usize <= k {
-            // Raised before the object is published, so a reader that
-            // finds it published finds the home's reach covering it.
-            st.reach[home] = k as u8 + 1;
-            slots[home].set_reach(k as u32 + 1);
-        }
-        slots[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
-        st.taken[i] = Some(id);
-        st.distance[i] = k as u8;
-        st.index.insert(id, i);
+        let published = Self::publish(&mut st, &id, &loc);
+        published && self.size_for(&st, st.published, false).is_none()
     }
 
     fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)> {
         let mut st = self.lock();
-        let Some(i) = st.index.remove(&id) else {
+        let Some(i) = st.table.find(&st, &id) else {
             return Vec::new();
         };
-        st.taken[i] = None;
-        self.slots()[i].retire();
+        let n = st.table.slots;
+        st.table.slots()[i].retire();
+        st.published -= 1;
         let mut adopted = Vec::new();
         for (&client, (region, _)) in &st.holds {
-            let n = shared_table::adopt(&Self::holds_of(region, self.slots)[i]);
-            if n > 0 {
-                adopted.push((client, n));
+            let h = shared_table::adopt(&Self::holds_of(region, n)[i]);
+            if h > 0 {
+                adopted.push((client, h));
             }
         }
         // Lowered after the object is retired: a reader with the old reach
         // only looks further than it needs to.
         let k = st.distance[i] as usize;
-        let home = (i + self.slots - k) % self.slots;
+        let home = (i + n - k) % n;
         if st.reach[home] as usize == k + 1 {
+            let st = &mut *st;
+            let slots = st.table.slots();
             let reach = (0..k)
                 .rev()
                 .find(|&j| {
-                    let at = (home + j) % self.slots;
-                    st.taken[at].is_some() && st.distance[at] as usize == j
+                    let at = (home + j) % n;
+                    slots[at].state.load(Ordering::Relaxed) as u32 == shared_table::SEALED
+                        && st.distance[at] as usize == j
                 })
                 .map_or(0, |j| j + 1);
             st.reach[home] = reach as u8;
-            self.slots()[home].set_reach(reach as u32);
+            slots[home].set_reach(reach as u32);
         }
+        adopted
+    }
+
+    fn resize_for(&self, objects: usize, full: bool) -> Option<usize> {
+        self.size_for(&self.lock(), objects, full)
+    }
+
+    fn rebuild(
+        &self,
+        slots: usize,
+        objects: &mut dyn Iterator<Item = (ObjectId, Location)>,
+    ) -> Vec<(ObjectId, ClientId, u32)> {
+        let table = match Table::create(slots) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(slots, error = %e, "the object table cannot grow: objects beyond it are read through the socket");
+                return Vec::new();
+            }
+        };
+        let started = std::time::Instant::now();
+        let mut st = self.lock();
+        let generation = st.generation + 1;
+        let mut next = State::new(table, generation);
+        let mut missed = 0usize;
+        for (id, loc) in objects {
+            if !Self::publish(&mut next, &id, &loc) {
+                missed += 1;
+            }
+        }
+        // The old table: every slot retired, then (after a fence, as for
+        // one slot) every client's holds there adopted: they become store
+        // references, given back over the socket.
+        let old = &st.table;
+        let old_slots = old.slots();
+        let mut ids: Vec<Option<ObjectId>> = vec![None; old.slots];
+        for (i, s) in old_slots.iter().enumerate() {
+            if s.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED {
+                ids[i] = old.object_at(i);
+                s.retire();
+            }
+        }
+        fence(Ordering::SeqCst);
+        let mut adopted = Vec::new();
+        for (&client, (region, _)) in &st.holds {
+            for (i, h) in Self::holds_of(region, old.slots).iter().enumerate() {
+                if let Some(id) = ids[i] {
+                    let n = shared_table::adopt(h);
+                    if n > 0 {
+                        adopted.push((id, client, n));
+                    }
+                }
+            }
+        }
+        old.header().replaced.store(generation, Ordering::Release);
+        // What clients counted in their old regions is kept.
+        let clients: Vec<ClientId> = st.holds.keys().copied().collect();
+        for c in clients {
+            Self::count_answers(&mut st, c);
+        }
+        let st = &mut *st;
+        next.tokens = std::mem::take(&mut st.tokens);
+        next.answered = st.answered;
+        let (from, to) = (st.table.slots, next.table.slots);
+        *st = next;
+        tracing::info!(
+            from,
+            to,
+            objects = st.published,
+            missed,
+            adopted = adopted.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "the object table was rebuilt for the store's object count"
+        );
         adopted
     }
 
     fn held(&self) -> Vec<(ObjectId, u64)> {
         let st = self.lock();
-        let mut out = Vec::new();
-        for (id, &i) in &st.index {
-            let n: u64 = st
-                .holds
-                .values()
-                .map(|(region, _)| {
-                    u64::from(shared_table::held(&Self::holds_of(region, self.slots)[i]))
-                })
-                .sum();
-            if n > 0 {
-                out.push((*id, n));
+        let n = st.table.slots;
+        let mut counts = vec![0u64; n];
+        for (region, _) in st.holds.values() {
+            for (i, h) in Self::holds_of(region, n).iter().enumerate() {
+                counts[i] += u64::from(shared_table::held(h));
             }
         }
-        out
+        counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .filter_map(|(i, &c)| Some((st.table.object_at(i)?, c)))
+            .collect()
     }
 
     fn held_among(&self, ids: &[ObjectId]) -> Vec<u64> {
         let st = self.lock();
+        let n = st.table.slots;
         let held_at = |i: usize| -> u64 {
             st.holds
                 .values()
-                .map(|(region, _)| {
-                    u64::from(shared_table::held(&Self::holds_of(region, self.slots)[i]))
-                })
+                .map(|(region, _)| u64::from(shared_table::held(&Self::holds_of(region, n)[i])))
                 .sum()
         };
         ids.iter()
-            .map(|id| st.index.get(id).map_or(0, |&i| held_at(i)))
+            .map(|id| st.table.find(&st, id).map_or(0, held_at))
             .collect()
     }
 
     fn released(&self) -> Vec<ObjectId> {
         let mut st = self.lock();
         let st = &mut *st;
+        let n = st.table.slots;
         let mut out = Vec::new();
         for (region, tail) in st.holds.values_mut() {
-            let (head, ring) = Self::ring_of(region, self.slots);
-            let (slots, next) = shared_table::drain_releases(head, ring, *tail, self.slots);
+            let (head, ring) = Self::ring_of(region, n);
+            let (slots, next) = shared_table::drain_releases(head, ring, *tail, n);
             *tail = next;
-            out.extend(slots.into_iter().filter_map(|i| st.taken[i]));
+            out.extend(slots.into_iter().filter_map(|i| st.table.object_at(i)));
         }
         out
     }
@@ -416,12 +656,19 @@ mod tests {
         }
     }
 
+    /// The table's key and size.
+    fn shape(t: &SharedTable) -> (u64, usize) {
+        let st = t.lock();
+        (st.table.key, st.table.slots)
+    }
+
     /// `n` ids whose home is the same slot of `t`, and that slot.
     fn colliding(t: &SharedTable, n: usize) -> (usize, Vec<ObjectId>) {
+        let (key, slots) = shape(t);
         let mut by_home: HashMap<usize, Vec<ObjectId>> = HashMap::new();
         loop {
             let id = ObjectId::random();
-            let h = shared_table::home(&shared_table::id_words(&id), t.key, t.slots);
+            let h = shared_table::home(&shared_table::id_words(&id), key, slots);
             let ids = by_home.entry(h).or_default();
             ids.push(id);
             if ids.len() == n {
@@ -432,29 +679,35 @@ mod tests {
 
     /// The id whose home is `h` (a fresh one).
     fn homed_at(t: &SharedTable, h: usize) -> ObjectId {
+        let (key, slots) = shape(t);
         loop {
             let id = ObjectId::random();
-            if shared_table::home(&shared_table::id_words(&id), t.key, t.slots) == h {
+            if shared_table::home(&shared_table::id_words(&id), key, slots) == h {
                 return id;
             }
         }
     }
 
     fn reach(t: &SharedTable, h: usize) -> u32 {
-        t.slots()[h].read().expect("a quiet slot").reach
+        t.lock().table.slots()[h]
+            .read()
+            .expect("a quiet slot")
+            .reach
+    }
+
+    /// Whether a client (with `holds`) finds `id` in `t`.
+    fn take(t: &SharedTable, holds: &[AtomicU32], id: &ObjectId) -> shared_table::Take {
+        let st = t.lock();
+        shared_table::take(st.table.slots(), holds, st.table.key, id, true)
     }
 
     #[test]
     fn a_home_reaches_exactly_as_far_as_its_furthest_object() {
-        let t = SharedTable::create(shared_table::PROBES).expect("a table");
-        let holds: Vec<AtomicU32> = (0..t.slots).map(|_| AtomicU32::new(0)).collect();
-        let findable = |id: &ObjectId| {
-            matches!(
-                shared_table::take(t.slots(), &holds, t.key, id, true),
-                shared_table::Take::Held(..)
-            )
-        };
-        let features = t.header().features.load(Ordering::Relaxed);
+        let n = shared_table::PROBES;
+        let t = SharedTable::create(n, n).expect("a table");
+        let holds: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+        let findable = |id: &ObjectId| matches!(take(&t, &holds, id), shared_table::Take::Held(..));
+        let features = t.lock().table.header().features.load(Ordering::Relaxed);
         assert_eq!(
             features & shared_table::FEATURE_REACH,
             shared_table::FEATURE_REACH,
@@ -468,7 +721,7 @@ mod tests {
         }
         // Another home's object pushed past this home's objects: its own
         // home reaches it; this one's reach stays.
-        let next = (h + 1) % t.slots;
+        let next = (h + 1) % n;
         let other = homed_at(&t, next);
         t.readable(other, loc(4096));
         assert_eq!(reach(&t, next), 3, "two slots past its home");
@@ -496,33 +749,40 @@ mod tests {
     /// the table are not.
     #[test]
     fn reaches_stay_exact_with_a_hundred_thousand_objects() {
-        let t = SharedTable::create(1 << 17).expect("a table");
-        let holds: Vec<AtomicU32> = (0..t.slots).map(|_| AtomicU32::new(0)).collect();
+        let n = 1 << 17;
+        let t = SharedTable::create(n, n).expect("a table");
+        let (key, _) = shape(&t);
+        let holds: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
         let ids: Vec<ObjectId> = (0..100_000).map(|_| ObjectId::random()).collect();
         for (k, id) in ids.iter().enumerate() {
             t.readable(*id, loc(k as u64 * 64));
         }
         let check = |live: &[ObjectId]| {
             let st = t.lock();
-            let mut furthest = vec![0u32; t.slots];
+            let mut furthest = vec![0u32; n];
             for id in live {
-                let Some(&i) = st.index.get(id) else {
+                let Some(i) = st.table.find(&st, id) else {
                     continue; // its window was full: not published
                 };
-                let h = shared_table::home(&shared_table::id_words(id), t.key, t.slots);
+                let h = shared_table::home(&shared_table::id_words(id), key, n);
                 let k = st.distance[i] as u32;
-                assert_eq!((h + k as usize) % t.slots, i);
+                assert_eq!((h + k as usize) % n, i);
                 furthest[h] = furthest[h].max(k + 1);
             }
             for (h, f) in furthest.iter().enumerate() {
-                assert_eq!(reach(&t, h), *f, "slot {h}'s reach");
+                let r = st.table.slots()[h].read().expect("a quiet slot").reach;
+                assert_eq!(r, *f, "slot {h}'s reach");
             }
-            let published = live.iter().filter(|id| st.index.contains_key(*id)).count();
+            let published = live
+                .iter()
+                .filter(|id| st.table.find(&st, id).is_some())
+                .count();
+            assert_eq!(published, st.published);
             drop(st);
             let found = live
                 .iter()
                 .filter(|id| {
-                    let took = shared_table::take(t.slots(), &holds, t.key, id, true);
+                    let took = take(&t, &holds, id);
                     if let shared_table::Take::Held(i, _) = took {
                         holds[i].store(0, Ordering::Relaxed);
                     }
@@ -530,12 +790,16 @@ mod tests {
                 })
                 .count();
             assert_eq!(found, published);
-            // Three quarters full, a few windows of 16 fill (those objects
-            // are read the slow way); nearly all are published.
-            assert!(published * 100 >= live.len() * 95, "{published} published");
+            // Three quarters full, a window of MAX_REACH slots fills for
+            // about one object in 50,000 (the store rebuilds the table
+            // larger then, see `size_for`).
+            assert!(
+                published * 10_000 >= live.len() * 9_999,
+                "{published} published"
+            );
             for _ in 0..1000 {
                 let absent = ObjectId::random();
-                let took = shared_table::take(t.slots(), &holds, t.key, &absent, true);
+                let took = take(&t, &holds, &absent);
                 assert_eq!(took, shared_table::Take::Absent);
             }
         };
@@ -551,15 +815,70 @@ mod tests {
     use memmap2::MmapOptions;
     use std::fs::File;
 
+    /// A table rebuilt larger holds every object it was given; the holds
+    /// clients had in the old one are adopted (returned, so the store makes
+    /// them references) and the old one says it was replaced; a client gets
+    /// the new one with its own token only.
+    #[test]
+    fn a_rebuilt_table_has_every_object_and_adopts_the_old_holds() {
+        let t = SharedTable::create(64, 1 << 12).unwrap();
+        let me = t.add_client(7).unwrap();
+        let region = MmapOptions::new()
+            .len(shared_table::holds_region_len(me.slots))
+            .map_raw(&File::from(me.holds))
+            .unwrap();
+        let old = MmapOptions::new()
+            .len(65 * SLOT_BYTES)
+            .map_raw_read_only(&File::from(me.table))
+            .unwrap();
+        let ids: Vec<ObjectId> = (0..50).map(|_| ObjectId::random()).collect();
+        let crowded = ids
+            .iter()
+            .enumerate()
+            .filter(|(k, id)| !t.readable(**id, loc(*k as u64 * 64)))
+            .count();
+        assert!(crowded > 0, "three quarters full: the store is told");
+        let my_holds = SharedTable::holds_of(&region, 64);
+        assert!(matches!(
+            take(&t, my_holds, &ids[0]),
+            shared_table::Take::Held(..)
+        ));
+        assert_eq!(t.resize_for(ids.len(), false), Some(100));
+        let mut objects = ids
+            .iter()
+            .enumerate()
+            .map(|(k, id)| (*id, loc(k as u64 * 64)));
+        assert_eq!(t.rebuild(100, &mut objects), vec![(ids[0], 7, 1)]);
+        // Safety: the header lies at the start of the mapping, valid for
+        // any bytes; read only.
+        let header = unsafe { &*(old.as_ptr() as *const Header) };
+        assert_ne!(header.replaced.load(Ordering::Acquire), 0);
+        assert_eq!(shape(&t).1, 100);
+        let fresh: Vec<AtomicU32> = (0..100).map(|_| AtomicU32::new(0)).collect();
+        assert!(ids
+            .iter()
+            .all(|id| matches!(take(&t, &fresh, id), shared_table::Take::Held(..))));
+        assert!(t.attach(7, &[0; 16]).is_none(), "not its token");
+        assert!(t.attach(8, &me.token).is_none(), "not its client");
+        let again = t.attach(7, &me.token).unwrap().unwrap();
+        assert_eq!(again.slots, 100);
+        assert_eq!(t.resize_for(50, false), None, "half full: kept");
+        assert_eq!(
+            t.resize_for(5, false),
+            Some(64),
+            "emptied: back to its first size"
+        );
+    }
+
     /// The client's side of the holds region of `client`, mapped from the
     /// descriptor the store hands it.
     fn client_counts(t: &SharedTable, client: ClientId) -> (MmapRaw, usize) {
-        let fd = t.add_client(client).unwrap();
+        let attached = t.add_client(client).unwrap();
         let map = MmapOptions::new()
-            .len(shared_table::holds_region_len(t.slots))
-            .map_raw(&File::from(fd))
+            .len(shared_table::holds_region_len(attached.slots))
+            .map_raw(&File::from(attached.holds))
             .unwrap();
-        (map, t.slots)
+        (map, attached.slots)
     }
 
     fn write(map: &MmapRaw, slots: usize, which: usize, v: u64) {
@@ -575,7 +894,7 @@ mod tests {
 
     #[test]
     fn counts_only_grow_and_outlive_their_client() {
-        let t = SharedTable::create(64).unwrap();
+        let t = SharedTable::create(64, 64).unwrap();
         let (a, slots) = client_counts(&t, 1);
         let (b, _) = client_counts(&t, 2);
         write(&a, slots, shared_table::COUNT_GET, 10);

@@ -43,8 +43,14 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use crate::ObjectId;
 
-/// Slots an object may lie from its home slot.
+/// Slots an object may lie from its home slot in a table without reaches
+/// (an older store), and the fewest slots a table has.
 pub const PROBES: usize = 16;
+/// Slots an object may lie from its home slot where the store keeps each
+/// home's reach ([`FEATURE_REACH`]): a reader looks only as far as the
+/// reach, so a long window costs nothing where it is not used, and a table
+/// three quarters full still finds a slot for every object.
+pub const MAX_REACH: usize = 128;
 /// Bytes of the table header and of each slot.
 pub const SLOT_BYTES: usize = 64;
 /// The table's magic number ("fptable1").
@@ -161,9 +167,14 @@ pub struct Header {
     /// The hash key of this store.
     pub key: AtomicU64,
     /// What this store's table does beyond the first layout
-    /// ([`FEATURE_REACH`], [`FEATURE_COUNTS`]); a store that does not set a
-    /// bit leaves it 0.
+    /// ([`FEATURE_REACH`], [`FEATURE_COUNTS`], [`FEATURE_REPLACED`]); a
+    /// store that does not set a bit leaves it 0.
     pub features: AtomicU64,
+    /// Non-zero once the store has moved every object of this table into
+    /// another, larger or smaller (its number of slots): a client asks for
+    /// the new one (`AttachTable`) when an id is not found here. Present
+    /// when the store sets [`FEATURE_REPLACED`].
+    pub replaced: AtomicU64,
 }
 
 /// In [`Header::features`]: the store keeps each home slot's reach
@@ -175,6 +186,12 @@ pub const FEATURE_REACH: u64 = 1;
 /// [`COUNTS`] (and is [`holds_region_len`] long). Without it (an older
 /// store, whose regions end after the ring), a client counts nothing.
 pub const FEATURE_COUNTS: u64 = 2;
+
+/// In [`Header::features`]: the store replaces the table when it fills or
+/// empties (it moves every object into a new one, sets [`Header::replaced`]
+/// here, and hands the new one to clients that ask with `AttachTable`).
+/// Without it (an older store), the table never changes.
+pub const FEATURE_REPLACED: u64 = 4;
 
 /// One slot: an object's id, where its bytes lie and a sequence number
 /// (odd while the store writes the slot).
@@ -232,6 +249,15 @@ pub fn id_words(id: &ObjectId) -> [u64; 3] {
     [w(0..8), w(8..16), w(16..20)]
 }
 
+/// The id a slot's three words hold (the inverse of [`id_words`]).
+pub fn id_of_words(words: &[u64; 3]) -> ObjectId {
+    let mut b = [0u8; 20];
+    b[..8].copy_from_slice(&words[0].to_le_bytes());
+    b[8..16].copy_from_slice(&words[1].to_le_bytes());
+    b[16..].copy_from_slice(&words[2].to_le_bytes()[..4]);
+    ObjectId(b)
+}
+
 /// A hint to load the cache line at `p`; never faults, never changes
 /// memory. Batched work on many slots (a client's batched get, the store
 /// publishing a batch of pulled objects) issues one for every line it will
@@ -271,7 +297,12 @@ pub fn window(words: &[u64; 3], key: u64, slots: usize) -> impl Iterator<Item = 
 /// The window of slots from the home slot `start`, home first (the slot
 /// `k` steps from home is the `k`-th).
 pub fn window_from(start: usize, slots: usize) -> impl Iterator<Item = usize> {
-    (0..PROBES.min(slots)).map(move |i| (start + i) % slots)
+    window_of(start, slots, PROBES)
+}
+
+/// The first `len` slots from the home slot `start` (at most the table).
+pub fn window_of(start: usize, slots: usize, len: usize) -> impl Iterator<Item = usize> {
+    (0..len.min(slots)).map(move |i| (start + i) % slots)
 }
 
 impl Slot {
@@ -449,8 +480,12 @@ pub fn find(
         return Ok(None); // a table of no slots
     };
     let first = first.read().ok_or(Changing)?;
-    let limit = if reach { first.reach as usize } else { PROBES };
-    for (k, i) in window_from(start, slots.len()).take(limit).enumerate() {
+    let limit = if reach {
+        (first.reach as usize).min(MAX_REACH)
+    } else {
+        PROBES
+    };
+    for (k, i) in window_of(start, slots.len(), limit).enumerate() {
         let v = if k == 0 {
             first
         } else {

@@ -11,13 +11,36 @@ use ferroplasma_protocol::ObjectId;
 /// Where sealed objects are published for reads without a round trip.
 pub trait Readers: std::fmt::Debug + Send + Sync {
     /// `id` is sealed, in memory and readable at `loc` (called again for
-    /// objects already published: a no-op then).
-    fn readable(&self, id: ObjectId, loc: Location);
+    /// objects already published: a no-op then). False when the readers'
+    /// table could not take it or is crowded: the store then calls
+    /// [`Readers::resize_for`] and, if asked to, [`Readers::rebuild`].
+    fn readable(&self, id: ObjectId, loc: Location) -> bool;
 
     /// `id` stops being readable without asking (it is about to be freed,
     /// evicted, spilled or deleted). Returns the clients that hold it and
     /// how many holds each: the store turns them into references first.
     fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)>;
+
+    /// Whether the readers' table should be rebuilt for `objects` readable
+    /// objects (`full`: a publish just failed): the number of slots to
+    /// rebuild it with, or `None` to keep it.
+    fn resize_for(&self, objects: usize, full: bool) -> Option<usize> {
+        let _ = (objects, full);
+        None
+    }
+
+    /// Rebuilds the table with `slots` slots, publishing `objects` (every
+    /// readable object) there, and takes the old one out of use. Returns
+    /// the holds clients had taken in the old table, by object: the store
+    /// turns them into references, as for [`Readers::unreadable`].
+    fn rebuild(
+        &self,
+        slots: usize,
+        objects: &mut dyn Iterator<Item = (ObjectId, Location)>,
+    ) -> Vec<(ObjectId, ClientId, u32)> {
+        let _ = (slots, objects);
+        Vec::new()
+    }
 
     /// The objects held without asking now, with the number of holds (for
     /// `list` and `stats`, which count them as references).

@@ -609,11 +609,12 @@ struct FakeReaders {
 }
 
 impl Readers for FakeReaders {
-    fn readable(&self, id: ObjectId, _loc: Location) {
+    fn readable(&self, id: ObjectId, _loc: Location) -> bool {
         let mut p = self.published.lock().unwrap();
         if !p.contains(&id) {
             p.push(id);
         }
+        true
     }
     fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)> {
         self.published.lock().unwrap().retain(|p| *p != id);
@@ -671,7 +672,9 @@ struct CountingReaders {
 }
 
 impl Readers for CountingReaders {
-    fn readable(&self, _id: ObjectId, _loc: Location) {}
+    fn readable(&self, _id: ObjectId, _loc: Location) -> bool {
+        true
+    }
     fn unreadable(&self, _id: ObjectId) -> Vec<(ClientId, u32)> {
         Vec::new()
     }

@@ -39,6 +39,10 @@ impl Connection {
                 pb::ErrorCode::ProtocolViolation,
                 "already connected".into(),
             )),
+            B::AttachTable(_) => Err(refuse(
+                pb::ErrorCode::ProtocolViolation,
+                "AttachTable is the first and only request of a connection of its own".into(),
+            )),
             B::Create(mut c) => {
                 let id = parse_id(&c.object_id)?;
                 check_inline("metadata", c.metadata.len())?;
@@ -199,12 +203,15 @@ impl Connection {
                 // done on a blocking thread while the store serves others.
                 let shared = self.shared.clone();
                 self.spawn_reply(rid, async move {
-                    let held = tokio::task::spawn_blocking(move || scan.held_slots())
-                        .await
-                        .unwrap_or_default();
+                    let (scan, held) = tokio::task::spawn_blocking(move || {
+                        let held = scan.held_slots();
+                        (Some(scan), held)
+                    })
+                    .await
+                    .unwrap_or_default();
                     let sh = shared.lock();
-                    if let Some(t) = &sh.table {
-                        let ids = t.objects_in(&held);
+                    if let (Some(t), Some(scan)) = (&sh.table, scan) {
+                        let ids = t.objects_in(&scan, &held);
                         stats.referenced_objects += sh.store.unreferenced_among(&ids);
                         // Held, so not evictable while they are.
                         stats.evictable_bytes = stats

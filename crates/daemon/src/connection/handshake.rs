@@ -48,6 +48,10 @@ pub(super) async fn handshake(
     };
     let req = pb::Request::decode(body)
         .map_err(|e| Close::Violation(format!("undecodable first message: {e}")))?;
+    if let Some(request::Body::AttachTable(a)) = req.body {
+        attach_table(stream, shared, req.request_id, a).await;
+        return Err(Close::Eof);
+    }
     let Some(request::Body::Connect(c)) = req.body else {
         let msg = "the first request must be Connect";
         let _ = stream
@@ -79,7 +83,7 @@ pub(super) async fn handshake(
         let (client, rx) = sh.register(super::NOTICE_QUEUE);
         let table = match sh.table.clone() {
             Some(f) => match f.add_client(client) {
-                Ok(holds) => Some((f, holds)),
+                Ok(attached) => Some(attached),
                 Err(e) => {
                     // Not fatal: this client asks the store for everything.
                     tracing::warn!(client, error = %e, "no shared table for this client");
@@ -102,8 +106,9 @@ pub(super) async fn handshake(
             client_id: client,
             max_inline_size: MAX_INLINE_SIZE,
             max_frame_size: MAX_REQUEST_FRAME,
-            table_slots: table.as_ref().map_or(0, |(f, _)| f.len() as u64),
+            table_slots: table.as_ref().map_or(0, |t| t.slots as u64),
             read_only,
+            table_token: table.as_ref().map_or_else(Vec::new, |t| t.token.to_vec()),
         })),
     };
     let frame = ferroplasma_protocol::frame::encode_frame(&reply);
@@ -124,9 +129,9 @@ pub(super) async fn handshake(
     let mut fds = vec![ro_fd
         .as_ref()
         .map_or_else(|| arena.fd().as_raw_fd(), |fd| fd.as_raw_fd())];
-    if let Some((f, holds)) = &table {
-        fds.push(f.table_fd().as_raw_fd());
-        fds.push(holds.as_raw_fd());
+    if let Some(t) = &table {
+        fds.push(t.table.as_raw_fd());
+        fds.push(t.holds.as_raw_fd());
     }
     if let Err(e) = send_with_fds(stream, &frame, &fds).await {
         shared.lock().disconnect(client);
@@ -134,6 +139,47 @@ pub(super) async fn handshake(
     }
     tracing::debug!(client, name = %c.client_name, "handshake done");
     Ok((client, rx))
+}
+
+/// Answers an `AttachTable` (the first and only request of a client's
+/// second connection, after its table was replaced): the table in use and
+/// the client's holds region in it, if the token is that client's.
+async fn attach_table(
+    stream: &mut UnixStream,
+    shared: &SharedRef,
+    request_id: u64,
+    a: pb::AttachTable,
+) {
+    let attached = {
+        let sh = shared.lock();
+        sh.table
+            .as_ref()
+            .and_then(|t| t.attach(a.client_id, &a.token))
+    };
+    let refuse = |msg: &str| error_frame(request_id, pb::ErrorCode::InvalidRequest, msg);
+    match attached {
+        None => {
+            let _ = stream
+                .write_all(&refuse(
+                    "AttachTable: no such client, or not its token (a client asks for the new \
+                     table with the client_id and table_token of its own connection)",
+                ))
+                .await;
+        }
+        Some(Err(e)) => {
+            let _ = stream.write_all(&refuse(&e.to_string())).await;
+        }
+        Some(Ok(t)) => {
+            let frame = ferroplasma_protocol::frame::encode_frame(&pb::Reply {
+                request_id,
+                body: Some(reply::Body::AttachTable(pb::AttachTableReply {
+                    table_slots: t.slots as u64,
+                })),
+            });
+            let _ =
+                send_with_fds(stream, &frame, &[t.table.as_raw_fd(), t.holds.as_raw_fd()]).await;
+        }
+    }
 }
 
 pub(super) fn error_frame(request_id: u64, code: pb::ErrorCode, message: &str) -> Vec<u8> {

@@ -62,7 +62,7 @@ fn op_of(body: &request::Body) -> Option<Op> {
         B::Stats(_) => Op::stats,
         B::Subscribe(_) => Op::subscribe,
         B::ClusterStatus(_) => Op::cluster_status,
-        B::Connect(_) => return None,
+        B::Connect(_) | B::AttachTable(_) => return None,
     })
 }
 

@@ -13,6 +13,7 @@ use super::Store;
 use crate::dense::MAX_ENTRIES;
 use crate::error::StoreError;
 use crate::events::Effects;
+use crate::object::ClientId;
 use ferroplasma_protocol::ObjectId;
 
 impl Store {
@@ -163,22 +164,56 @@ impl Store {
         let adopted = r.unreadable(id);
         let mut held = false;
         for (client, n) in adopted {
-            let Some(c) = self.clients.get_mut(&client) else {
-                continue; // gone: its references went with it
-            };
-            let Some(pos) = self.objects.position(&id) else {
-                return false;
-            };
-            *c.refs.entry(id).or_insert(0) += u64::from(n);
-            self.not_evictable(pos);
-            let e = self.objects.at_mut(pos);
-            if e.ref_count == 0 {
-                self.referenced_count += 1;
-            }
-            e.ref_count += u64::from(n);
-            held = true;
+            held |= self.adopt(id, client, n);
         }
         held
+    }
+
+    /// `client` held `id` `n` times through the readers' table, and the
+    /// table gave those holds up: they become references. True when they
+    /// did (the client is still here).
+    fn adopt(&mut self, id: ObjectId, client: ClientId, n: u32) -> bool {
+        let Some(c) = self.clients.get_mut(&client) else {
+            return false; // gone: its references went with it
+        };
+        let Some(pos) = self.objects.position(&id) else {
+            return false;
+        };
+        *c.refs.entry(id).or_insert(0) += u64::from(n);
+        self.not_evictable(pos);
+        let e = self.objects.at_mut(pos);
+        if e.ref_count == 0 {
+            self.referenced_count += 1;
+        }
+        e.ref_count += u64::from(n);
+        true
+    }
+
+    /// Rebuilds the readers' table when its size no longer suits the
+    /// number of readable objects (`full`: a publish just found it full;
+    /// otherwise only a table three quarters full or under an eighth full
+    /// is rebuilt). Every readable object is published in the new table;
+    /// the holds clients had in the old one become references. O(objects)
+    /// when it happens, at each doubling or halving: amortized O(1) per
+    /// object, as a hash table's growth.
+    pub fn resize_readers(&mut self, full: bool) {
+        let Some(r) = self.readers.clone() else {
+            return;
+        };
+        let Some(slots) = r.resize_for(self.sealed_count as usize, full) else {
+            return;
+        };
+        let adopted = {
+            let mut readable = self
+                .objects
+                .iter()
+                .filter(|e| e.is_readable())
+                .map(|e| (e.id, e.location()));
+            r.rebuild(slots, &mut readable)
+        };
+        for (id, client, n) in adopted {
+            self.adopt(id, client, n);
+        }
     }
 
     pub(super) fn evict_one(&mut self, id: ObjectId, fx: &mut Effects) -> u64 {

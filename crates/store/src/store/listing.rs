@@ -26,7 +26,7 @@ impl Store {
         let spilled = self.spill.iter().flat_map(|t| t.objects.keys());
         // An object being restored is in both tables for a while.
         let spilled = spilled.filter(|id| !self.objects.contains_key(id));
-        let mut all = self.objects.keys().chain(spilled).copied();
+        let mut all = self.objects.iter().map(|e| &e.id).chain(spilled).copied();
         let mut ids = Vec::with_capacity(self.object_count());
         ids.extend(all.by_ref().take(first));
         let mut rest = all.peekable();
@@ -60,11 +60,11 @@ impl Store {
         if let Some(e) = self.objects.get(id) {
             return Some(ObjectInfo {
                 id: *id,
-                location: e.location,
+                location: e.location(),
                 ref_count: e.ref_count + held,
-                state: e.state,
+                state: e.state(),
                 create_time_us: e.create_time_us,
-                construct_duration_us: e.seal_time_us.map(|s| s - e.create_time_us),
+                construct_duration_us: e.seal_time_us().map(|s| s - e.create_time_us),
                 delete_pending: e.delete_pending,
                 spilled: false,
             });

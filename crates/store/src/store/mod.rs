@@ -273,8 +273,9 @@ impl Store {
             self.became_unreferenced(id, fx);
         }
         if let Some(r) = &self.readers {
-            if self.objects.get(&id).is_some_and(|e| e.is_readable()) {
-                r.readable(id, loc);
+            if self.objects.get(&id).is_some_and(|e| e.is_readable()) && !r.readable(id, loc) {
+                // Full or crowded: rebuilt larger (which publishes it too).
+                self.resize_readers(true);
             }
         }
     }
@@ -334,7 +335,7 @@ impl Store {
         e.ref_count += 1;
         let loc = e.location();
         if let Some(r) = &self.readers {
-            r.readable(*id, loc);
+            let _ = r.readable(*id, loc);
         }
         Some(loc)
     }
