@@ -222,6 +222,29 @@ impl Arena {
         })
     }
 
+    /// Gives the pages of `[offset, offset + len)` back to the kernel (the
+    /// range reads as zeros afterwards, and is backed again when written):
+    /// for free ranges of the arena, once objects were deleted, so that the
+    /// store's memory falls with its contents. Only whole 2 MiB blocks
+    /// inside the range are given back (a huge page's size, and few calls).
+    pub fn give_back(&self, offset: u64, len: u64) -> Result<u64, DaemonError> {
+        use nix::fcntl::{fallocate, FallocateFlags};
+        const BLOCK: u64 = 2 << 20;
+        let start = offset.div_ceil(BLOCK) * BLOCK;
+        let end = (offset + len).min(self.size) / BLOCK * BLOCK;
+        if end <= start {
+            return Ok(0);
+        }
+        fallocate(
+            self.file.as_raw_fd(),
+            FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE,
+            start as i64,
+            (end - start) as i64,
+        )
+        .map_err(|e| DaemonError::io("giving free memory back", std::io::Error::from(e)))?;
+        Ok(end - start)
+    }
+
     /// Touches every page so the kernel backs the whole arena now.
     pub fn prefault(&self) {
         let base = self.map.as_mut_ptr();

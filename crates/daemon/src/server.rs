@@ -107,17 +107,17 @@ pub async fn serve_until(
         None => None,
     };
     let spills = spill.is_some();
-    let has_table = table.is_some();
     let shared = SharedRef::new(store, arena, spill, table);
-    if has_table {
-        // The table grows as objects are sealed; it shrinks back here, once
-        // a second, when deletes left it under an eighth full.
+    shared.lock().give_back_memory = !config.prefault;
+    {
+        // The table shrinks, and the arena's free pages go back, once a
+        // second (when deletes made room for it).
         let shared = shared.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 every.tick().await;
-                shared.lock().store.resize_readers(false);
+                shared.lock().tidy_memory();
             }
         });
     }

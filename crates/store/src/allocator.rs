@@ -16,6 +16,8 @@ pub struct Allocator {
     by_offset: BTreeMap<u64, u64>,
     by_size: BTreeSet<(u64, u64)>,
     used: u64,
+    /// Bytes freed since the allocator was made (only grows).
+    freed: u64,
 }
 
 impl Allocator {
@@ -27,6 +29,7 @@ impl Allocator {
             by_offset: BTreeMap::new(),
             by_size: BTreeSet::new(),
             used: 0,
+            freed: 0,
         };
         if capacity > 0 {
             a.insert_free(0, capacity);
@@ -52,6 +55,21 @@ impl Allocator {
     /// The size of the largest free range.
     pub fn largest_free(&self) -> u64 {
         self.by_size.last().map_or(0, |&(s, _)| s)
+    }
+
+    /// Bytes freed since the allocator was made: a change means memory
+    /// came back (the daemon then gives large free ranges' pages back to
+    /// the kernel).
+    pub fn freed(&self) -> u64 {
+        self.freed
+    }
+
+    /// The free ranges of at least `min` bytes, as (offset, size).
+    pub fn free_ranges_at_least(&self, min: u64) -> Vec<(u64, u64)> {
+        self.by_size
+            .range((min, 0)..)
+            .map(|&(size, offset)| (offset, size))
+            .collect()
     }
 
     /// Number of free ranges.
@@ -97,6 +115,7 @@ impl Allocator {
         debug_assert!(offset + size <= self.capacity);
         debug_assert!(!self.overlaps_free(offset, size), "double free at {offset}");
         self.used -= size;
+        self.freed += size;
         let (mut start, mut len) = (offset, size);
         if let Some((&prev_off, &prev_len)) = self.by_offset.range(..offset).next_back() {
             if prev_off + prev_len == offset {

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
+mod memory;
 mod spilling;
 pub use spilling::Restore;
 
@@ -54,6 +55,11 @@ pub struct Shared {
     /// that the late news of an old copy never cancels it.
     pub agent_pending: HashMap<ObjectId, u32, ferroplasma_protocol::IdHasher>,
     outboxes: HashMap<ClientId, mpsc::Sender<Notice>, ferroplasma_protocol::IdHasher>,
+    /// Give the pages of large free ranges of the arena back to the kernel
+    /// (not with `--prefault`, which asks for the arena to stay backed).
+    pub give_back_memory: bool,
+    /// `Store::freed_bytes` when pages were last given back.
+    freed_given_back: u64,
 }
 
 /// A handle on [`Shared`].
@@ -87,6 +93,8 @@ impl SharedRef {
             agent_outbox: None,
             agent_pending: HashMap::default(),
             outboxes: HashMap::default(),
+            give_back_memory: true,
+            freed_given_back: 0,
         }));
         Self(state, Arc::new(std::sync::Condvar::new()))
     }

@@ -135,4 +135,15 @@ impl Store {
             .filter(|id| self.objects.get(id).is_some_and(|e| e.ref_count == 0))
             .count() as u64
     }
+
+    /// Arena bytes freed since the store started (only grows).
+    pub fn freed_bytes(&self) -> u64 {
+        self.alloc.freed()
+    }
+
+    /// The free ranges of the arena of at least `min` bytes, as (offset,
+    /// size): no object lies there, so their pages may be given back.
+    pub fn free_ranges_at_least(&self, min: u64) -> Vec<(u64, u64)> {
+        self.alloc.free_ranges_at_least(min)
+    }
 }
