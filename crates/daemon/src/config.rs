@@ -81,12 +81,13 @@ pub struct StoreConfig {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_clients: u32,
 
-    /// Slots of the object table published in shared memory, through which
-    /// clients get, check and release sealed local objects without asking
-    /// the store (64 bytes per slot; each client's holds take 4 bytes per
-    /// slot; pages are touched as they are used). Objects that find no free
-    /// slot near their hash are read the usual way. 0 turns it off: every
-    /// operation then asks the store over the socket.
+    /// Slots the object table published in shared memory starts with (and
+    /// shrinks back to): clients get, check and release sealed local
+    /// objects through it without asking the store (64 bytes per slot; each
+    /// client's holds take 4 bytes per slot). It grows with the store, to
+    /// twice its objects once three quarters full, so every sealed object
+    /// is in it (docs/protocol.md, "A table that grows"). 0 turns it off:
+    /// every operation then asks the store over the socket.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TABLE_SLOTS)]
     pub table_slots: u32,
 

@@ -12,7 +12,8 @@
 //!   threads that do it.
 //! - [`arena`] — the memfd/file-backed mapping handed to clients.
 //! - `shared_table` — the shared table: the object table published in shared memory (reads
-//!   without a round trip) and every client's holds.
+//!   without a round trip) and every client's holds; rebuilt larger or smaller as the
+//!   object count changes (`table`: one table's memory; `scan`: the scan of holds).
 //! - `listener` — socket creation, stale-socket and live-store detection.
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
 //! - `spill` — the spill directory's segment files (write, read back, remove).

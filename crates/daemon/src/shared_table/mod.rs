@@ -23,7 +23,7 @@
 
 use crate::arena::Arena;
 use crate::DaemonError;
-use ferroplasma_protocol::shared_table::{self, Header, Slot, SLOT_BYTES};
+use ferroplasma_protocol::shared_table;
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::{ClientId, Location, Readers};
 use memmap2::MmapRaw;
@@ -31,6 +31,11 @@ use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+mod scan;
+mod table;
+pub use scan::HoldScan;
+use table::{random, Table};
 
 /// The published objects and every client's holds.
 #[derive(Debug)]
@@ -40,15 +45,6 @@ pub struct SharedTable {
     min_slots: usize,
     /// The most it may grow to (one object per 64 bytes of the arena).
     max_slots: usize,
-}
-
-/// One table: its memory and the read-only descriptor clients get.
-#[derive(Debug)]
-struct Table {
-    map: Arena,
-    read_only: OwnedFd,
-    slots: usize,
-    key: u64,
 }
 
 #[derive(Debug, Default)]
@@ -104,84 +100,6 @@ pub struct Attached {
     pub slots: usize,
     /// The client's secret for `AttachTable`.
     pub token: [u8; 16],
-}
-
-impl Table {
-    fn create(slots: usize) -> Result<Self, DaemonError> {
-        let slots = slots.max(shared_table::PROBES);
-        let map = Arena::create_store_writable(((slots + 1) * SLOT_BYTES) as u64)?;
-        // Backed now (16 MiB by default, a few ms at start): every seal
-        // publishes into a random slot, and a first touch of its page would
-        // cost that seal a page fault.
-        map.prefault();
-        let key = u64::from_le_bytes(random()?[..8].try_into().expect("8 bytes"));
-        let read_only = map.read_only_fd()?;
-        let t = Self {
-            map,
-            read_only,
-            slots,
-            key,
-        };
-        let h = t.header();
-        h.slots.store(slots as u64, Ordering::Relaxed);
-        h.key.store(key, Ordering::Relaxed);
-        h.features.store(
-            shared_table::FEATURE_REACH
-                | shared_table::FEATURE_COUNTS
-                | shared_table::FEATURE_REPLACED,
-            Ordering::Relaxed,
-        );
-        h.magic.store(shared_table::MAGIC, Ordering::Release);
-        Ok(t)
-    }
-
-    fn header(&self) -> &Header {
-        // Safety: the mapping is page-aligned and at least one header long;
-        // `Header` is a `repr(C)` block of atomics, valid for any bytes
-        // (zeroed memory included), and the mapping lives as long as `self`.
-        unsafe { &*(self.map.ptr() as *const Header) }
-    }
-
-    fn slots(&self) -> &[Slot] {
-        // Safety: as for `header`: the slots follow the header inside the
-        // mapping (sized for `slots + 1` blocks of 64 bytes), `Slot` is a
-        // `repr(C)` block of atomics valid for any bytes.
-        unsafe {
-            std::slice::from_raw_parts(self.map.ptr().add(SLOT_BYTES) as *const Slot, self.slots)
-        }
-    }
-
-    fn words(&self, id: &ObjectId) -> ([u64; 3], usize) {
-        let words = shared_table::id_words(id);
-        let home = shared_table::home(&words, self.key, self.slots);
-        (words, home)
-    }
-
-    /// The slot `id` is published in (the store is the only writer, and
-    /// holds the lock: its reads of its own slots are consistent).
-    fn find(&self, st: &State, id: &ObjectId) -> Option<usize> {
-        let (words, home) = self.words(id);
-        let slots = self.slots();
-        shared_table::window_of(home, self.slots, st.reach[home] as usize).find(|&i| {
-            let v = &slots[i];
-            v.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED
-                && [0, 1, 2].map(|w| v.id[w].load(Ordering::Relaxed)) == words
-        })
-    }
-
-    /// The object published in slot `i`, if any.
-    fn object_at(&self, i: usize) -> Option<ObjectId> {
-        let v = self.slots().get(i)?;
-        (v.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED)
-            .then(|| shared_table::id_of_words(&[0, 1, 2].map(|w| v.id[w].load(Ordering::Relaxed))))
-    }
-}
-
-fn random() -> Result<[u8; 16], DaemonError> {
-    let mut k = [0u8; 16];
-    getrandom::fill(&mut k)
-        .map_err(|e| DaemonError::io("random bytes", std::io::Error::other(e.to_string())))?;
-    Ok(k)
 }
 
 impl SharedTable {
@@ -449,35 +367,6 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
 }
 
-/// The holds regions of the clients connected when it was taken (a region
-/// stays mapped while a scan has it, even if its client has gone).
-#[derive(Debug)]
-pub struct HoldScan {
-    regions: Vec<Arc<MmapRaw>>,
-    slots: usize,
-    generation: u64,
-}
-
-impl HoldScan {
-    /// The slots at least one client holds: one pass over each region,
-    /// O(clients × slots), without any lock. A moment's view: holds taken
-    /// or released meanwhile may or may not be seen.
-    pub fn held_slots(&self) -> Vec<usize> {
-        let mut held = vec![false; self.slots];
-        for region in &self.regions {
-            for (i, h) in SharedTable::holds_of(region, self.slots).iter().enumerate() {
-                if shared_table::held(h) > 0 {
-                    held[i] = true;
-                }
-            }
-        }
-        held.iter()
-            .enumerate()
-            .filter_map(|(i, &h)| h.then_some(i))
-            .collect()
-    }
-}
-
 impl Readers for SharedTable {
     fn readable(&self, id: ObjectId, loc: Location) -> bool {
         let mut st = self.lock();
@@ -646,6 +535,7 @@ impl Readers for SharedTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferroplasma_protocol::shared_table::{Header, SLOT_BYTES};
 
     fn loc(offset: u64) -> Location {
         Location {
