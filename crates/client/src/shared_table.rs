@@ -238,6 +238,10 @@ pub(crate) struct Tables {
     /// This connection's id and secret, for `AttachTable`.
     client_id: u64,
     token: Vec<u8>,
+    /// When asking for the new table last failed (a store at its
+    /// `--max-clients`, say): not asked again for a second, so that misses
+    /// meanwhile cost no connection each.
+    failed_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl Tables {
@@ -247,6 +251,7 @@ impl Tables {
             old: Mutex::new(Vec::new()),
             client_id,
             token,
+            failed_at: Mutex::new(None),
         }
     }
 
@@ -274,8 +279,18 @@ impl Tables {
         if !Arc::ptr_eq(&cur, t) {
             return Some(cur.clone()); // another thread got it first
         }
-        let (slots, table, holds) = attach(self.client_id, &self.token).ok()?;
-        let next = Arc::new(TableView::map(table, holds, slots).ok()?);
+        let mut failed_at = self.failed_at.lock().unwrap_or_else(|p| p.into_inner());
+        if failed_at.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(1)) {
+            return None;
+        }
+        let attached = attach(self.client_id, &self.token)
+            .and_then(|(slots, table, holds)| TableView::map(table, holds, slots));
+        let Ok(view) = attached else {
+            *failed_at = Some(std::time::Instant::now());
+            return None;
+        };
+        *failed_at = None;
+        let next = Arc::new(view);
         let was = std::mem::replace(&mut *cur, next.clone());
         let mut old = self.old.lock().unwrap_or_else(|p| p.into_inner());
         old.retain(|w| w.strong_count() > 0);

@@ -661,3 +661,43 @@ fn clients_over_the_maximum_are_told_the_store_is_busy() {
     });
     held[0].stats().unwrap();
 }
+
+/// `AttachTable` (a client asking for the table that replaced its own)
+/// answers only the client it names, with that client's token: a stranger
+/// who guesses client ids gets INVALID_REQUEST and nothing else; sent on a
+/// connection already handshaken, it is a protocol violation.
+#[test]
+fn an_attach_table_without_the_clients_token_is_refused() {
+    let store = TestStore::start("16MiB");
+    let mut owner = raw(&store);
+    handshake(&mut owner);
+    for client_id in [0, 1, 2, u64::MAX] {
+        for token in [vec![], vec![0u8; 16], vec![7u8; 1000]] {
+            let mut s = raw(&store);
+            send(
+                &mut s,
+                1,
+                request::Body::AttachTable(pb::AttachTable {
+                    protocol_version: ferroplasma_protocol::PROTOCOL_VERSION,
+                    client_id,
+                    token,
+                }),
+            );
+            assert_eq!(
+                error_code(recv(&mut s)),
+                Some(pb::ErrorCode::InvalidRequest)
+            );
+            assert!(closed(&mut s));
+        }
+    }
+    send(
+        &mut owner,
+        2,
+        request::Body::AttachTable(pb::AttachTable::default()),
+    );
+    assert_eq!(
+        error_code(recv(&mut owner)),
+        Some(pb::ErrorCode::ProtocolViolation)
+    );
+    assert_serves(&store);
+}

@@ -8,6 +8,10 @@ use crate::wire::listed;
 use ferroplasma_protocol::pb as wire;
 use std::time::Duration;
 
+/// How much longer than the peer timeout a member may take to list its
+/// objects before a cluster-wide list goes on without them (and says so).
+const LIST_EXTRA: Duration = Duration::from_secs(10);
+
 impl Cluster {
     /// This member's objects, as the wire lists them.
     pub(crate) fn list_local(&self) -> Vec<pb::ListedObject> {
@@ -28,7 +32,9 @@ impl Cluster {
             } else {
                 let r = async {
                     let mut c = self.peers.get(&m)?;
-                    c.list_local(self.peers.request(pb::ListLocalRequest {}, Duration::ZERO))
+                    // A listing is bulk work on a member that may be busy:
+                    // it gets longer than a heartbeat before it is given up.
+                    c.list_local(self.peers.request(pb::ListLocalRequest {}, LIST_EXTRA))
                         .await
                 }
                 .await;
