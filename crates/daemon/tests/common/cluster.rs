@@ -133,8 +133,21 @@ pub fn cluster_sized(n: usize, memory: &str) -> Vec<Member> {
     members
 }
 
+/// Puts `id`; retried while the cluster answers "retry shortly" (a member
+/// that just joined: claims wait until every member has re-registered its
+/// objects for the new ring), as a program would.
 pub fn put(c: &Client, id: ObjectId, len: usize) {
-    c.put(id, &content(id, len), &content(id, 9)[..5]).unwrap();
+    let t = Instant::now();
+    loop {
+        match c.put(id, &content(id, len), &content(id, 9)[..5]) {
+            Err(ferroplasma_client::ClientError::ClusterUnavailable(_))
+                if t.elapsed() < Duration::from_secs(15) =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            r => return r.unwrap(),
+        }
+    }
 }
 
 pub fn check(c: &Client, id: ObjectId, len: usize, timeout: Duration) {
