@@ -222,6 +222,15 @@ impl Arena {
         })
     }
 
+    /// Whether the arena lies in huge pages (a `--hugepages` memfd or a
+    /// hugetlbfs `--dir`): their pages are reserved up front, and giving
+    /// them back would give up the reservation (a later write could then
+    /// find no page, SIGBUS), so the store keeps them.
+    pub fn is_hugetlb(&self) -> bool {
+        nix::sys::statfs::fstatfs(&self.file)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::HUGETLBFS_MAGIC)
+    }
+
     /// Gives the pages of `[offset, offset + len)` back to the kernel (the
     /// range reads as zeros afterwards, and is backed again when written):
     /// for free ranges of the arena, once objects were deleted, so that the

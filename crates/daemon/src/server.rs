@@ -107,8 +107,12 @@ pub async fn serve_until(
         None => None,
     };
     let spills = spill.is_some();
+    // Free pages go back to the kernel, except where the arena's memory is
+    // promised up front: --prefault, and huge pages (giving them back gives
+    // up their reservation).
+    let give_back = !config.prefault && !config.hugepages && !arena.is_hugetlb();
     let shared = SharedRef::new(store, arena, spill, table);
-    shared.lock().give_back_memory = !config.prefault;
+    shared.lock().give_back_memory = give_back;
     {
         // The table shrinks, and the arena's free pages go back, once a
         // second (when deletes made room for it).

@@ -47,8 +47,15 @@ pub struct SharedTable {
     max_slots: usize,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Tokens(HashMap<ClientId, [u8; 16]>);
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secrets themselves are never printed.
+        write!(f, "Tokens({} clients)", self.0.len())
+    }
+}
 
 #[derive(Debug)]
 struct State {
@@ -174,7 +181,9 @@ impl SharedTable {
     pub fn attach(&self, client: ClientId, token: &[u8]) -> Option<Result<Attached, DaemonError>> {
         let mut st = self.lock();
         let known = *st.tokens.0.get(&client)?;
-        if !constant_time_eq(&known, token) {
+        // A client that already has a region in this table asks for
+        // nothing new (a second region would hide its holds in the first).
+        if !constant_time_eq(&known, token) || st.holds.contains_key(&client) {
             return None;
         }
         Some(Self::attach_locked(&mut st, client, known))
@@ -413,8 +422,12 @@ impl Readers for SharedTable {
         adopted
     }
 
-    fn resize_for(&self, objects: usize, full: bool) -> Option<usize> {
-        self.size_for(&self.lock(), objects, full)
+    fn resize_for(&self, _objects: usize, full: bool) -> Option<usize> {
+        // Sized by what it publishes (the store's sealed objects include
+        // some that are not readable: deletes waiting for their readers,
+        // restores under way); with `full`, the one that found no slot.
+        let st = self.lock();
+        self.size_for(&st, st.published + usize::from(full), full)
     }
 
     fn rebuild(
@@ -752,7 +765,11 @@ mod tests {
         assert!(t.attach(8, &me.token).is_none(), "not its client");
         let again = t.attach(7, &me.token).unwrap().unwrap();
         assert_eq!(again.slots, 100);
+        assert!(t.attach(7, &me.token).is_none(), "one region a table");
         assert_eq!(t.resize_for(50, false), None, "half full: kept");
+        for id in &ids[5..] {
+            t.unreadable(*id);
+        }
         assert_eq!(
             t.resize_for(5, false),
             Some(64),
