@@ -1,4 +1,4 @@
-"""Costs against the object count: a store of millions (issue 38).
+"""Costs against the object count: a store of millions.
 
     make bench-scale [QUICK=1]
 
@@ -13,5 +13,5 @@ Modules:
               adapter), its store's processes, its limits
     procmem   a process's memory from /proc: VmRSS, RssAnon, RssShmem, and
               its largest shared mapping (the data area) apart
-    report    JSON, Markdown with the ratios and issue 38's targets, one PNG
+    report    JSON, Markdown with the ratios and the scale targets, one PNG
 """
