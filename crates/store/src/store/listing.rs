@@ -7,8 +7,7 @@
 //! and one pass over the table; the rows cost O(page).
 
 use super::Store;
-use crate::object::{Location, ObjectInfo};
-use crate::ObjectState;
+use crate::object::ObjectInfo;
 use ferroplasma_protocol::ObjectId;
 
 impl Store {
@@ -58,32 +57,9 @@ impl Store {
 
     fn row(&self, id: &ObjectId, held: u64) -> Option<ObjectInfo> {
         if let Some(e) = self.objects.get(id) {
-            return Some(ObjectInfo {
-                id: *id,
-                location: e.location(),
-                ref_count: e.ref_count + held,
-                state: e.state(),
-                create_time_us: e.create_time_us,
-                construct_duration_us: e.seal_time_us().map(|s| s - e.create_time_us),
-                delete_pending: e.delete_pending,
-                spilled: false,
-            });
+            return Some(super::queries::row(e, held));
         }
         let s = self.spill.as_ref()?.objects.get(id)?;
-        Some(ObjectInfo {
-            id: *id,
-            location: Location {
-                arena: 0,
-                offset: 0,
-                data_size: s.data_size,
-                metadata_size: s.metadata_size,
-            },
-            ref_count: 0,
-            state: ObjectState::Sealed,
-            create_time_us: s.create_time_us,
-            construct_duration_us: s.construct_us,
-            delete_pending: false,
-            spilled: true,
-        })
+        Some(super::queries::spilled_row(id, s))
     }
 }

@@ -43,31 +43,8 @@ impl Store {
             .unwrap_or_default();
         self.objects
             .iter()
-            .map(|e| ObjectInfo {
-                id: e.id,
-                location: e.location(),
-                ref_count: e.ref_count + held.get(&e.id).copied().unwrap_or(0),
-                state: e.state(),
-                create_time_us: e.create_time_us,
-                construct_duration_us: e.seal_time_us().map(|s| s - e.create_time_us),
-                delete_pending: e.delete_pending,
-                spilled: false,
-            })
-            .chain(spilled.map(|(id, s)| ObjectInfo {
-                id: *id,
-                location: Location {
-                    arena: 0,
-                    offset: 0,
-                    data_size: s.data_size,
-                    metadata_size: s.metadata_size,
-                },
-                ref_count: 0,
-                state: ObjectState::Sealed,
-                create_time_us: s.create_time_us,
-                construct_duration_us: s.construct_us,
-                delete_pending: false,
-                spilled: true,
-            }))
+            .map(|e| row(e, held.get(&e.id).copied().unwrap_or(0)))
+            .chain(spilled.map(|(id, s)| spilled_row(id, s)))
             .collect()
     }
 
@@ -145,5 +122,39 @@ impl Store {
     /// size): no object lies there, so their pages may be given back.
     pub fn free_ranges_at_least(&self, min: u64) -> Vec<(u64, u64)> {
         self.alloc.free_ranges_at_least(min)
+    }
+}
+
+/// A row of `list` for an object in memory, `held` more times through the
+/// readers' table.
+pub(super) fn row(e: &crate::object::Entry, held: u64) -> ObjectInfo {
+    ObjectInfo {
+        id: e.id,
+        location: e.location(),
+        ref_count: e.ref_count + held,
+        state: e.state(),
+        create_time_us: e.create_time_us,
+        construct_duration_us: e.seal_time_us().map(|s| s - e.create_time_us),
+        delete_pending: e.delete_pending,
+        spilled: false,
+    }
+}
+
+/// A row of `list` for a spilled object.
+pub(super) fn spilled_row(id: &ObjectId, s: &crate::spill::Spilled) -> ObjectInfo {
+    ObjectInfo {
+        id: *id,
+        location: Location {
+            arena: 0,
+            offset: 0,
+            data_size: s.data_size,
+            metadata_size: s.metadata_size,
+        },
+        ref_count: 0,
+        state: ObjectState::Sealed,
+        create_time_us: s.create_time_us,
+        construct_duration_us: s.construct_us,
+        delete_pending: false,
+        spilled: true,
     }
 }
