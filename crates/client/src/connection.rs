@@ -30,13 +30,7 @@ pub(crate) struct Handshake {
 impl Conn {
     /// Connects and handshakes; receives the arena descriptors.
     pub fn open(path: &Path, name: &str, trust: &Trust) -> Result<Handshake> {
-        let mut stream =
-            UnixStream::connect(path).map_err(|cause| ClientError::StoreUnavailable {
-                path: path.to_path_buf(),
-                cause,
-            })?;
-        // Nothing is sent to a store of a user this client does not trust.
-        trust.check(&stream, path)?;
+        let mut stream = connect_trusted(path, trust)?;
         let req = pb::Request {
             request_id: 0,
             body: Some(request::Body::Connect(pb::Connect {
@@ -80,12 +74,7 @@ impl Conn {
         client_id: u64,
         token: &[u8],
     ) -> Result<(u64, OwnedFd, OwnedFd)> {
-        let mut stream =
-            UnixStream::connect(path).map_err(|cause| ClientError::StoreUnavailable {
-                path: path.to_path_buf(),
-                cause,
-            })?;
-        trust.check(&stream, path)?;
+        let mut stream = connect_trusted(path, trust)?;
         let req = pb::Request {
             request_id: 0,
             body: Some(request::Body::AttachTable(pb::AttachTable {
@@ -123,6 +112,17 @@ impl Conn {
     pub fn read_reply(&mut self) -> Result<pb::Reply> {
         Ok(self.reader.read_message()?)
     }
+}
+
+/// Connects to the store's socket; nothing is sent to a store of a user
+/// this client does not trust.
+fn connect_trusted(path: &Path, trust: &Trust) -> Result<UnixStream> {
+    let stream = UnixStream::connect(path).map_err(|cause| ClientError::StoreUnavailable {
+        path: path.to_path_buf(),
+        cause,
+    })?;
+    trust.check(&stream, path)?;
+    Ok(stream)
 }
 
 /// Receives the handshake reply, collecting any descriptors sent with it;
