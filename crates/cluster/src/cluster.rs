@@ -95,6 +95,10 @@ pub struct Counters {
     pub updates: AtomicU64,
 }
 
+/// Most directory entries gone through under one hold of its lock when
+/// the live members change.
+pub(crate) const CHUNK: usize = 16_384;
+
 /// A fetch in progress and the connections waiting on it.
 #[derive(Debug)]
 pub(crate) struct Inflight {
@@ -138,6 +142,13 @@ pub struct Cluster {
     pub(crate) cached: Mutex<Copies>,
     pub(crate) inflight: Mutex<HashMap<ObjectId, Inflight, IdHasher>>,
     pub(crate) peers: Peers,
+    /// Channels for heartbeats alone, on the heartbeat thread: their own
+    /// connections, so that a heartbeat never waits behind a large update.
+    pub(crate) hb_peers: Peers,
+    /// Changes of the live members, for [`Cluster::apply`] (in order).
+    pub(crate) ring_changes: mpsc::UnboundedSender<Changes>,
+    /// What this member says about itself in heartbeats ([`Cluster::info`]).
+    pub(crate) info: Mutex<MemberInfo>,
     pub(crate) transport: Box<dyn Transport>,
     /// The cluster's own runtime (on its own thread): every cluster task
     /// runs there.
@@ -205,24 +216,48 @@ impl Cluster {
             .collect()
     }
 
-    /// Records what a heartbeat told about a member and the members it knows.
+    /// Records what a heartbeat told about a member and the members it
+    /// knows (on the heartbeat thread: cheap; what a change of the live
+    /// members means for the directory is done by [`Cluster::apply`], on
+    /// the cluster's thread).
     pub(crate) fn heard(&self, info: MemberInfo, known: &[String]) {
         let changes = {
             let mut m = lock(&self.membership);
             m.learn(known.iter().map(String::as_str));
             m.heard(info, tokio::time::Instant::now().into_std())
         };
-        self.apply(changes);
+        self.changed(changes);
+    }
+
+    /// Hands a change of the live members to [`Cluster::apply`], in order.
+    pub(crate) fn changed(&self, ch: Changes) {
+        if ch.ring_changed() {
+            let _ = self.ring_changes.send(ch);
+        }
     }
 
     /// Acts on members joining or dying: directory clean-up, the new ring,
-    /// re-registration.
-    pub(crate) fn apply(&self, ch: Changes) {
+    /// re-registration. The directory is gone through [`CHUNK`] entries at
+    /// a time, its lock given back and other tasks let run in between, so
+    /// that a million entries delay no claim, update or lookup for long.
+    pub(crate) async fn apply(&self, ch: Changes) {
         if !ch.ring_changed() {
             return;
         }
+        let back: Vec<&String> = (ch.joined.iter())
+            .filter(|j| !ch.restarted.contains(j))
+            .collect();
+        let ids = if ch.died.is_empty() && ch.restarted.is_empty() && back.is_empty() {
+            Vec::new()
+        } else {
+            lock(&self.directory).ids()
+        };
         for d in &ch.died {
-            let lost = lock(&self.directory).member_died(d);
+            let mut lost = 0;
+            for piece in ids.chunks(CHUNK) {
+                lost += lock(&self.directory).member_died_in(d, piece);
+                tokio::task::yield_now().await;
+            }
             let data = lock(&self.membership)
                 .get(d)
                 .map(|m| m.info.data_addr.clone());
@@ -232,15 +267,22 @@ impl Cluster {
             tracing::warn!(member = %d, objects_lost = lost, "cluster member is gone");
         }
         for r in &ch.restarted {
-            lock(&self.directory).member_restarted(r);
+            for piece in ids.chunks(CHUNK) {
+                lock(&self.directory).member_restarted_in(r, piece);
+                tokio::task::yield_now().await;
+            }
         }
         for j in &ch.joined {
-            if !ch.restarted.contains(j) {
+            if back.contains(&j) {
                 // Back from a pause or a cut, with what it held.
-                lock(&self.directory).member_back(j);
+                for piece in ids.chunks(CHUNK) {
+                    lock(&self.directory).member_back_in(j, piece);
+                    tokio::task::yield_now().await;
+                }
             }
             tracing::info!(member = %j, "cluster member joined");
         }
+        drop(ids);
         let alive = lock(&self.membership).alive();
         let ring = Ring::new(alive.clone());
         let cleared = alive.len() == 1 && !ch.died.is_empty();
@@ -250,30 +292,52 @@ impl Cluster {
             // it is back; it forgets it and says so in its heartbeats (a new
             // directory epoch), and everyone re-registers with it.
             self.directory_epoch.fetch_add(1, Ordering::Relaxed);
+            self.refresh_info();
         }
         let fingerprint = self.fingerprint(ring.members());
-        {
-            // One step for claims: the entries, the ring and what the
-            // directory is complete for change together.
+        let (forgotten, kept) = {
+            // One step for claims: the ring and what the directory is
+            // complete for change together (it is complete for the new
+            // ring only once every member has re-registered for it, so no
+            // claim is granted meanwhile). The entries of ids this member
+            // no longer answers for go below, a piece at a time: until
+            // then they only refuse what their objects would refuse.
             let mut d = lock(&self.directory);
-            if cleared {
-                d.clear();
-            } else {
-                let me = self.me.as_str();
-                let dropped = d.retain_owned(|id| ring.owners(id, 2).contains(&me));
-                if dropped > 0 {
-                    tracing::debug!(
-                        entries = dropped,
-                        "directory entries handed over to their new owners"
-                    );
-                }
-            }
+            let forgotten = cleared.then(|| d.clear());
             d.set_ring(fingerprint, ring.members().to_vec());
             tracing::debug!(members = ?ring.members(), ring = fingerprint, "new ring");
-            *lock(&self.ring) = ring;
-        }
+            *lock(&self.ring) = ring.clone();
+            (forgotten, (!cleared).then(|| d.ids()))
+        };
+        drop(forgotten);
         self.directory_changed.notify_waiters();
         self.rejoin.notify_one();
+        let me = self.me.as_str();
+        let mut dropped = 0;
+        for piece in kept.iter().flat_map(|ids| ids.chunks(CHUNK)) {
+            dropped +=
+                lock(&self.directory).retain_owned_in(piece, |id| ring.owners(id, 2).contains(&me));
+            tokio::task::yield_now().await;
+        }
+        if dropped > 0 {
+            tracing::debug!(
+                entries = dropped,
+                "directory entries handed over to their new owners"
+            );
+        }
+    }
+
+    /// What this member says about itself in heartbeats, as last refreshed.
+    pub(crate) fn info(&self) -> MemberInfo {
+        lock(&self.info).clone()
+    }
+
+    /// Refreshes [`Cluster::info`] (on the cluster's thread: it asks the
+    /// store, whose lock a busy store may hold for a while; the heartbeat
+    /// thread never waits for it).
+    pub(crate) fn refresh_info(&self) {
+        let info = self.my_info();
+        *lock(&self.info) = info;
     }
 
     /// How often members send heartbeats (`--heartbeat-interval`).

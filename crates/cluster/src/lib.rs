@@ -5,7 +5,8 @@
 //! Module map:
 //! - [`cluster`] — [`Cluster`], this member's view: config, counters,
 //!   status, members joining and dying.
-//! - `start` — [`Cluster::start`]: ports, the cluster's thread, its tasks.
+//! - `start` — [`Cluster::start`]: ports, the cluster's thread and the
+//!   heartbeat thread, their tasks.
 //! - [`local`] — [`LocalStore`] and [`Memory`]: what the cluster needs of
 //!   the local store.
 //! - [`error`] — [`ClusterError`].
@@ -38,11 +39,16 @@
 //!    calls back under it, and that callback takes `cached`.
 //! 7. `Cluster::cached` (`Mutex<Copies>`).
 //! 8. Leaves, which nest nothing: `Peers::channels`
-//!    (`Mutex<HashMap<String, Client>>`), `TcpTransport::pool` and
+//!    (`Mutex<HashMap<String, Client>>`, of `Cluster::peers` and
+//!    `Cluster::hb_peers`), `Cluster::info` (`Mutex<MemberInfo>`),
+//!    `TcpTransport::pool` and
 //!    `TcpTransport::slots` (`Mutex<HashMap<..>>`), each `RateLimited`'s
 //!    `Mutex`.
 //!
-//! None is held across an `.await`.
+//! None is held across an `.await`. The heartbeat thread takes only
+//! `membership`, `directory` (a claim, a lookup) and leaves; no lock is
+//! held long: what goes through every directory entry (a member's death,
+//! a new ring, a re-registration) does so a piece at a time.
 
 pub mod cluster;
 pub mod directory;

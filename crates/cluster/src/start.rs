@@ -1,10 +1,13 @@
-//! Starting a member: its ports, its own runtime and thread, and the
-//! tasks that run there (the peer service, the bulk server, heartbeats and
-//! the directory agent).
+//! Starting a member: its ports, its two runtimes and threads, and the
+//! tasks that run there: on the cluster's thread the bulk server, the
+//! directory agent and the handling of membership changes; on the
+//! heartbeat thread the peer service (which hands every call but
+//! heartbeats and claims to the cluster's thread) and the heartbeat loop,
+//! so that no bulk work delays a heartbeat or the failure detector.
 
 use crate::cluster::{Cluster, ClusterConfig, Counters};
 use crate::directory::agent;
-use crate::directory::membership::Membership;
+use crate::directory::membership::{Changes, MemberInfo, Membership};
 use crate::directory::ring::Ring;
 use crate::directory::table::Directory;
 use crate::error::ClusterError;
@@ -33,18 +36,11 @@ impl Cluster {
         store: Arc<dyn LocalStore>,
         events: mpsc::UnboundedReceiver<Notice>,
     ) -> Result<Arc<Self>, ClusterError> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ClusterError::io("starting the cluster's runtime", e))?;
-        let handle = rt.handle().clone();
-        std::thread::Builder::new()
-            .name("fp-cluster".into())
-            .spawn(move || rt.block_on(std::future::pending::<()>()))
-            .map_err(|e| ClusterError::io("starting the cluster's thread", e))?;
+        let handle = runtime_thread("fp-cluster")?;
+        let hb = runtime_thread("fp-heartbeat")?;
         // Sockets belong to the runtime they are registered with: the
-        // cluster's.
-        let _in_cluster_rt = handle.enter();
+        // gRPC port the heartbeat thread's, the bulk port the cluster's.
+        let in_hb_rt = hb.enter();
         let bind = |addr: SocketAddr, what: String| {
             std::net::TcpListener::bind(addr)
                 .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -55,6 +51,8 @@ impl Cluster {
             cfg.listen,
             format!("binding --cluster-listen {}", cfg.listen),
         )?;
+        drop(in_hb_rt);
+        let _in_cluster_rt = handle.enter();
         // `--cluster-listen HOST:0`: the system picks the port, and the
         // member advertises the one it got (tests use this: no port is
         // chosen, freed and bound again, with a race in between).
@@ -85,8 +83,10 @@ impl Cluster {
             ClusterError::io("random incarnation", std::io::Error::other(e.to_string()))
         })?;
         let token: Arc<str> = cfg.token.as_str().into();
-        let mut membership = Membership::new(&cfg.advertise, cfg.peer_timeout);
+        let mut membership =
+            Membership::new(&cfg.advertise, cfg.peer_timeout).with_grace(cfg.heartbeat);
         membership.learn(cfg.peers.iter().map(String::as_str));
+        let (ring_changes, mut changes) = mpsc::unbounded_channel::<Changes>();
         let cluster = Arc::new(Self {
             me: cfg.advertise.clone(),
             data_addr,
@@ -107,6 +107,9 @@ impl Cluster {
             cached: Mutex::new(Copies::default()),
             inflight: Mutex::new(HashMap::default()),
             peers: Peers::new(&token, cfg.peer_timeout, handle.clone())?,
+            hb_peers: Peers::new(&token, cfg.peer_timeout, hb.clone())?,
+            ring_changes,
+            info: Mutex::new(MemberInfo::default()),
             rt: handle.clone(),
             transport: Box::new(TcpTransport::new(token.clone(), cfg.peer_timeout)),
             counters: Counters::default(),
@@ -119,8 +122,9 @@ impl Cluster {
             d.set_ring(fingerprint, me.to_vec());
             d.synced(&cluster.me, fingerprint);
         }
+        cluster.refresh_info();
         let grpc = service::guard(cfg.grpc_connections, cfg.peer_timeout).incoming(grpc);
-        handle.spawn(service::serve(cluster.clone(), grpc));
+        hb.spawn(service::serve(cluster.clone(), grpc));
         handle.spawn(serve_tcp(
             bulk,
             cfg.bulk_connections,
@@ -129,7 +133,14 @@ impl Cluster {
             cfg.peer_timeout,
         ));
         handle.spawn(agent::run(cluster.clone(), events));
-        handle.spawn(heartbeat::run(cluster.clone()));
+        let c = cluster.clone();
+        handle.spawn(async move {
+            while let Some(ch) = changes.recv().await {
+                c.apply(ch).await;
+            }
+        });
+        handle.spawn(heartbeat::refresh_info(cluster.clone()));
+        hb.spawn(heartbeat::run(cluster.clone()));
         tracing::info!(
             me = %cluster.me, data = %cluster.data_addr, peers = ?cfg.peers,
             heartbeat_ms = cfg.heartbeat.as_millis() as u64,
@@ -138,4 +149,18 @@ impl Cluster {
         );
         Ok(cluster)
     }
+}
+
+/// A current-thread runtime driven by a thread of its own, named `name`.
+fn runtime_thread(name: &str) -> Result<tokio::runtime::Handle, ClusterError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::io(format!("starting the runtime of {name}"), e))?;
+    let handle = rt.handle().clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || rt.block_on(std::future::pending::<()>()))
+        .map_err(|e| ClusterError::io(format!("starting the thread {name}"), e))?;
+    Ok(handle)
 }

@@ -1,5 +1,8 @@
 //! The cluster runs on its own thread: a store thread that is busy (here:
-//! never driven again after start) does not stop heartbeats.
+//! never driven again after start) does not stop heartbeats. And
+//! heartbeats run on a thread of their own: a cluster thread that is busy
+//! (a million directory entries registered, handed over or marked lost)
+//! does not stop them either.
 
 use crate::cluster::Cluster;
 use crate::sync::lock;
@@ -47,6 +50,37 @@ fn a_busy_store_thread_does_not_stop_heartbeats() {
     let _ = stop.send(());
     driver.join().unwrap();
     drop(rt_a);
+}
+
+/// A member whose cluster thread is busy for three peer timeouts (here: a
+/// task that never yields; before, re-registering a million objects held
+/// it for seconds on a loaded machine) stays alive for its peers, and
+/// sees them alive: heartbeats, their answers and the failure detector
+/// run on the heartbeat thread.
+#[test]
+fn a_busy_cluster_thread_does_not_stop_heartbeats() {
+    let rt = runtime();
+    let b = member(&rt, vec![]);
+    let a = member(&rt, vec![b.me().to_string()]);
+    let both_alive =
+        || lock(&b.membership).is_alive(a.me()) && lock(&a.membership).is_alive(b.me());
+    let t = Instant::now();
+    while !both_alive() {
+        assert!(t.elapsed() < Duration::from_secs(10), "never met");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A's cluster thread is taken for three peer timeouts.
+    let busy = 3 * PEER_TIMEOUT;
+    a.rt.spawn(async move { std::thread::sleep(busy) });
+    let t = Instant::now();
+    while t.elapsed() < busy + PEER_TIMEOUT {
+        assert!(
+            both_alive(),
+            "a member was declared dead while A's cluster thread was busy ({:?} in)",
+            t.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A member that has just (re)started and not yet met every member named to

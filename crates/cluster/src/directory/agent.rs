@@ -287,9 +287,17 @@ async fn deliver(
     Ok(refused)
 }
 
+/// Re-registration pieces in flight at once, per member of the ring.
+const IN_FLIGHT: usize = 4;
+
 /// Tells the current owners of every local object (and unsealed claim)
 /// that this member holds it, then tells every member that it has: until
 /// each member has, a directory grants no new claim.
+///
+/// The objects go a piece of [`MAX_OPS`] at a time, up to [`IN_FLIGHT`]
+/// pieces per member at once: the ops of a million objects are never all
+/// in memory, no lock is held across pieces, and the cluster's thread runs
+/// its other tasks between them.
 async fn reregister(cluster: &Arc<Cluster>) {
     // The ring to register for, fixed for the whole round: if it changes
     // meanwhile, another round follows (the agent was notified again).
@@ -304,36 +312,14 @@ async fn reregister(cluster: &Arc<Cluster>) {
         let list = cluster.store.list(Some(&mut granted));
         (list, granted.iter().copied().collect::<Vec<_>>())
     };
-    let mut ops: BTreeMap<String, Vec<pb::Op>> = ring
-        .members()
-        .iter()
-        .map(|m| (m.clone(), Vec::new()))
-        .collect();
-    {
-        let cached = lock(&cluster.cached);
-        for o in &list {
-            if o.delete_pending {
-                continue;
-            }
-            let kind = match o.state {
-                ferroplasma_store::ObjectState::Created { .. } => {
-                    claims.push(o.id);
-                    continue;
-                }
-                _ if cached.contains(&o.id) => pb::OpKind::SealedCached,
-                _ => pb::OpKind::SealedPrimary,
-            };
-            let sealed = o.create_time_us + o.construct_duration_us.unwrap_or(0);
-            let op = pb::Op {
-                kind: kind as i32,
-                object_id: o.id.0.to_vec(),
-                data_size: o.location.data_size,
-                metadata_size: o.location.metadata_size,
-                version: sealed.max(0) as u64,
-            };
-            route(&mut ops, &ring, &o.id, op);
-        }
-    }
+    claims.extend(
+        (list.iter())
+            .filter(|o| {
+                !o.delete_pending
+                    && matches!(o.state, ferroplasma_store::ObjectState::Created { .. })
+            })
+            .map(|o| o.id),
+    );
     tracing::debug!(
         objects = list.len(),
         claims = claims.len(),
@@ -345,7 +331,89 @@ async fn reregister(cluster: &Arc<Cluster>) {
             tracing::debug!(%id, error = %e.message, "re-claim failed");
         }
     }
-    send(cluster, ops, Some(fingerprint)).await;
+    let mut pieces = tokio::task::JoinSet::new();
+    let mut failed: Vec<String> = Vec::new();
+    let mut refused: Vec<ObjectId> = Vec::new();
+    let window = IN_FLIGHT * ring.members().len().max(1);
+    for chunk in list.chunks(MAX_OPS) {
+        let mut ops: BTreeMap<String, Vec<pb::Op>> = BTreeMap::new();
+        {
+            let cached = lock(&cluster.cached);
+            for o in chunk {
+                if o.delete_pending
+                    || matches!(o.state, ferroplasma_store::ObjectState::Created { .. })
+                {
+                    continue;
+                }
+                let kind = if cached.contains(&o.id) {
+                    pb::OpKind::SealedCached
+                } else {
+                    pb::OpKind::SealedPrimary
+                };
+                let sealed = o.create_time_us + o.construct_duration_us.unwrap_or(0);
+                let op = pb::Op {
+                    kind: kind as i32,
+                    object_id: o.id.0.to_vec(),
+                    data_size: o.location.data_size,
+                    metadata_size: o.location.metadata_size,
+                    version: sealed.max(0) as u64,
+                };
+                route(&mut ops, &ring, &o.id, op);
+            }
+        }
+        for (target, ops) in ops {
+            if failed.contains(&target) {
+                continue;
+            }
+            let c = cluster.clone();
+            pieces.spawn(async move {
+                let r = deliver(&c, &target, &ops, true, 0).await;
+                (target, r)
+            });
+        }
+        while pieces.len() >= window {
+            take_piece(&mut pieces, &mut refused, &mut failed).await;
+        }
+        tokio::task::yield_now().await;
+    }
+    drop(list);
+    while !pieces.is_empty() {
+        take_piece(&mut pieces, &mut refused, &mut failed).await;
+    }
+    // Every piece taken: the marks, to every member (an empty update for
+    // one this member holds nothing for).
+    let marks: BTreeMap<String, Vec<pb::Op>> = (ring.members().iter())
+        .filter(|m| !failed.contains(m))
+        .map(|m| (m.clone(), Vec::new()))
+        .collect();
+    send(cluster, marks, Some(fingerprint)).await;
+    if !refused.is_empty() {
+        tracing::debug!(
+            n = refused.len(),
+            "dropping cached copies of deleted objects"
+        );
+        cluster.drop_local(&refused);
+    }
+}
+
+/// Waits for one re-registration piece: its refused ids, or its member
+/// (which died meanwhile) among the failed ones.
+async fn take_piece(
+    pieces: &mut tokio::task::JoinSet<(String, Result<Vec<ObjectId>, tonic::Status>)>,
+    refused: &mut Vec<ObjectId>,
+    failed: &mut Vec<String>,
+) {
+    match pieces.join_next().await {
+        Some(Ok((_, Ok(ids)))) => refused.extend(ids),
+        Some(Ok((target, Err(e)))) => {
+            tracing::debug!(member = %target, error = %e, "re-registration not delivered");
+            if !failed.contains(&target) {
+                failed.push(target);
+            }
+        }
+        Some(Err(e)) => tracing::error!(error = %e, "re-registration task failed"),
+        None => {}
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,18 @@
 //! Who is in the cluster and who is alive: the failure detector's state.
 //! Pure: the heartbeat loop feeds it what it heard and the time.
+//!
+//! A member silent for longer than the timeout is first only *suspected*;
+//! it is declared dead at a later sweep, at least the grace (one heartbeat
+//! interval) after, if nothing was heard from it meanwhile. A sweep that
+//! runs late (its thread was not scheduled: other processes load the
+//! machine) therefore never declares a member dead on the strength of
+//! heartbeats that arrived and were not read yet: they are read before the
+//! next sweep, and clear the suspicion. A sweep that comes more than the
+//! timeout after the previous one, though, means this member itself was
+//! stopped (paused, or starved of the CPU for that long): the others have
+//! declared it dead meanwhile and changed their ring, so it declares the
+//! silent ones dead at once, and (all of them gone at once) forgets its
+//! directory and joins again, as a member cut off does.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -45,6 +58,9 @@ pub struct Member {
     pub health: Health,
     /// When it was last heard from.
     pub last_seen: Option<Instant>,
+    /// When a sweep first found it silent for longer than the timeout
+    /// (cleared by any heartbeat).
+    pub suspected: Option<Instant>,
 }
 
 /// What a heartbeat changed.
@@ -72,16 +88,28 @@ pub struct Membership {
     me: String,
     members: BTreeMap<String, Member>,
     timeout: Duration,
+    grace: Duration,
+    last_sweep: Option<Instant>,
 }
 
 impl Membership {
-    /// A table for member `me`, declaring members dead after `timeout` of silence.
+    /// A table for member `me`, declaring members dead after `timeout` of
+    /// silence, and a suspicion that lasted until a later sweep.
     pub fn new(me: &str, timeout: Duration) -> Self {
         Self {
             me: me.into(),
             members: BTreeMap::new(),
             timeout,
+            grace: Duration::ZERO,
+            last_sweep: None,
         }
+    }
+
+    /// How long a member stays suspected, at least, before it is declared
+    /// dead (the heartbeat interval).
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
     }
 
     /// This member's name.
@@ -100,6 +128,7 @@ impl Membership {
                     },
                     health: Health::Unknown,
                     last_seen: None,
+                    suspected: None,
                 });
             }
         }
@@ -132,6 +161,7 @@ impl Membership {
                 m.info = info;
                 m.health = Health::Alive;
                 m.last_seen = Some(now);
+                m.suspected = None;
             }
             None => {
                 ch.joined.push(addr.clone());
@@ -141,6 +171,7 @@ impl Membership {
                         info,
                         health: Health::Alive,
                         last_seen: Some(now),
+                        suspected: None,
                     },
                 );
             }
@@ -158,16 +189,37 @@ impl Membership {
         }
     }
 
-    /// Declares dead the live members silent for longer than the timeout.
+    /// Suspects the live members silent for longer than the timeout, and
+    /// declares dead those still silent that were suspected at an earlier
+    /// sweep, at least the grace before.
     pub fn sweep(&mut self, now: Instant) -> Changes {
         let mut ch = Changes::default();
+        let stalled = (self.last_sweep.replace(now))
+            .is_some_and(|t| now.saturating_duration_since(t) > self.timeout);
         for (addr, m) in &mut self.members {
             let silent = m
                 .last_seen
-                .is_none_or(|t| now.duration_since(t) > self.timeout);
-            if m.health == Health::Alive && silent {
-                m.health = Health::Dead;
-                ch.died.push(addr.clone());
+                .is_none_or(|t| now.saturating_duration_since(t) > self.timeout);
+            if m.health != Health::Alive || !silent {
+                m.suspected = None;
+                continue;
+            }
+            match m.suspected {
+                _ if stalled => {
+                    m.health = Health::Dead;
+                    m.suspected = None;
+                    ch.died.push(addr.clone());
+                }
+                None => {
+                    m.suspected = Some(now);
+                    tracing::debug!(member = %addr, "cluster member suspected (silent)");
+                }
+                Some(t) if now.saturating_duration_since(t) >= self.grace && now > t => {
+                    m.health = Health::Dead;
+                    m.suspected = None;
+                    ch.died.push(addr.clone());
+                }
+                Some(_) => {}
             }
         }
         ch
@@ -282,7 +334,10 @@ mod tests {
         assert!(!m.heard(info("b", 1), t0).ring_changed());
         assert_eq!(m.alive(), ["a", "b"]);
         assert!(!m.sweep(t0 + Duration::from_secs(2)).ring_changed());
-        assert_eq!(m.sweep(t0 + Duration::from_secs(4)).died, ["b"]);
+        // Silent too long: suspected first, dead at the next sweep.
+        assert!(!m.sweep(t0 + Duration::from_secs(4)).ring_changed());
+        assert!(m.is_alive("b"));
+        assert_eq!(m.sweep(t0 + Duration::from_millis(4001)).died, ["b"]);
         assert!(!m.is_alive("b"));
         assert_eq!(m.get("c").unwrap().health, Health::Unknown);
         // It comes back.
@@ -301,6 +356,38 @@ mod tests {
         let ch = m.heard(info("b", 2), t0);
         assert_eq!(ch.died, ["b"]);
         assert_eq!(ch.joined, ["b"]);
+    }
+
+    /// A sweep that runs late (its thread was not scheduled) finds every
+    /// member silent; heartbeats read before the next sweep clear the
+    /// suspicion, and nobody is declared dead.
+    #[test]
+    fn a_late_sweep_only_suspects_and_a_heartbeat_clears_it() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let grace = Duration::from_millis(500);
+        let mut m = Membership::new("a", s(3)).with_grace(grace);
+        m.heard(info("b", 1), t0);
+        // The sweep ran 5 s late; B's heartbeats wait unread.
+        assert!(!m.sweep(t0 + s(5)).ring_changed());
+        assert!(m.get("b").unwrap().suspected.is_some());
+        // Before the grace is over, still only suspected.
+        assert!(!m.sweep(t0 + s(5) + grace / 2).ring_changed());
+        // Read now: the suspicion is gone, and it starts anew if silent.
+        m.heard(info("b", 1), t0 + s(5) + grace / 2);
+        assert!(m.get("b").unwrap().suspected.is_none());
+        assert!(!m.sweep(t0 + s(6)).ring_changed());
+        assert!(m.is_alive("b"));
+        // Really silent: suspected, then dead a grace later.
+        assert!(!m.sweep(t0 + s(9)).ring_changed());
+        assert!(!m.sweep(t0 + s(9) + grace / 2).ring_changed());
+        assert_eq!(m.sweep(t0 + s(9) + grace).died, ["b"]);
+        // This member itself stopped for longer than the timeout (no sweep
+        // meanwhile): the others declared it dead; it declares them dead
+        // at once, to forget its directory and join again.
+        m.heard(info("b", 1), t0 + s(10));
+        assert!(!m.sweep(t0 + s(10)).ring_changed());
+        assert_eq!(m.sweep(t0 + s(14)).died, ["b"]);
     }
 
     #[test]

@@ -116,7 +116,10 @@ struct Rebuild {
 /// The entries this member keeps.
 #[derive(Debug, Default)]
 pub struct Directory {
-    entries: HashMap<ObjectId, Entry, IdHasher>,
+    /// Boxed: the table then holds an id and a pointer per slot, and a
+    /// table of a million entries (2^21 slots) takes 69 MB of slots
+    /// instead of 385 MB (memory_per_entry_of_a_million).
+    entries: HashMap<ObjectId, Box<Entry>, IdHasher>,
     rebuild: Rebuild,
     /// Every member name the entries have used, once.
     names: HashSet<Member>,
@@ -235,7 +238,7 @@ impl Directory {
         let by = self.name(node);
         self.entries.insert(
             id,
-            Entry {
+            Box::new(Entry {
                 state: State::Creating { by: by.clone() },
                 holders: Holders::new(),
                 creator: Some(by),
@@ -244,7 +247,7 @@ impl Directory {
                 version: 0,
                 data_size: 0,
                 metadata_size: 0,
-            },
+            }),
         );
         true
     }
@@ -289,7 +292,7 @@ impl Directory {
                 let e = self
                     .entries
                     .entry(id)
-                    .or_insert_with(|| Entry::sealed(data_size, metadata_size));
+                    .or_insert_with(|| Box::new(Entry::sealed(data_size, metadata_size)));
                 e.state = State::Sealed;
                 e.creator = Some(name.clone());
                 e.version = version;
@@ -311,7 +314,7 @@ impl Directory {
                     None if rejoin => self
                         .entries
                         .entry(id)
-                        .or_insert(Entry::sealed(data_size, metadata_size)),
+                        .or_insert_with(|| Box::new(Entry::sealed(data_size, metadata_size))),
                     None => return false,
                 };
                 if refused(e) || matches!(e.state, State::Creating { .. }) {
@@ -363,7 +366,7 @@ impl Directory {
 
     /// The entry for `id`, if any.
     pub fn lookup(&self, id: &ObjectId) -> Option<&Entry> {
-        self.entries.get(id)
+        self.entries.get(id).map(|e| &**e)
     }
 
     /// Deletes the entry of an object; returns it, with the members that
@@ -385,10 +388,10 @@ impl Directory {
             tomb.creator = e.creator.clone();
             tomb.version = e.version;
             tomb.stale = stale;
-            self.entries.insert(*id, tomb);
+            self.entries.insert(*id, Box::new(tomb));
         }
         e.holders = pending;
-        Some(e)
+        Some(*e)
     }
 
     /// A member died: its copies are gone; objects with no copy left become
@@ -397,25 +400,30 @@ impl Directory {
     /// `ObjectLost` instead of waiting for a seal that will never come; the
     /// id may be created again). Returns how many were lost.
     pub fn member_died(&mut self, node: &str) -> usize {
-        let mut lost = 0;
         let name = self.name(node);
-        for e in self.entries.values_mut() {
-            if matches!(&e.state, State::Creating { by } if **by == *node) {
-                e.state = State::Lost;
-                lost += 1;
-                continue;
-            }
-            let held = e.holders.len();
-            e.holders.retain(|h| **h != *node);
-            if held != e.holders.len() && !e.away.iter().any(|h| **h == *node) {
-                e.away.push(name.clone());
-            }
-            if e.state == State::Sealed && e.holders.is_empty() && held > 0 {
-                e.state = State::Lost;
-                lost += 1;
-            }
-        }
-        lost
+        (self.entries.values_mut())
+            .map(|e| died(e, node, &name))
+            .filter(|&lost| lost)
+            .count()
+    }
+
+    /// [`Directory::member_died`] for the entries of `ids` only (those
+    /// still kept): a large directory is gone through a piece at a time,
+    /// the lock given up in between.
+    pub fn member_died_in(&mut self, node: &str, ids: &[ObjectId]) -> usize {
+        let name = self.name(node);
+        (ids.iter())
+            .filter(|id| {
+                self.entries
+                    .get_mut(id)
+                    .is_some_and(|e| died(e, node, &name))
+            })
+            .count()
+    }
+
+    /// The ids of every entry, to go through in pieces (`…_in`).
+    pub fn ids(&self) -> Vec<ObjectId> {
+        self.entries.keys().copied().collect()
     }
 
     /// Keeps only the entries of ids `keep` says this member still owns or
@@ -428,10 +436,23 @@ impl Directory {
         before - self.entries.len()
     }
 
+    /// [`Directory::retain_owned`] for the entries of `ids` only.
+    pub fn retain_owned_in(
+        &mut self,
+        ids: &[ObjectId],
+        mut keep: impl FnMut(&ObjectId) -> bool,
+    ) -> usize {
+        (ids.iter())
+            .filter(|id| !keep(id) && self.entries.remove(id).is_some())
+            .count()
+    }
+
     /// Forgets every entry (this member was cut off or paused: what it
-    /// knew is out of date; the holders re-register).
-    pub fn clear(&mut self) {
-        self.entries.clear();
+    /// knew is out of date; the holders re-register). Returns them, to be
+    /// dropped once the lock is given back (a million entries take a while
+    /// to free).
+    pub fn clear(&mut self) -> impl Send + use<> {
+        std::mem::take(&mut self.entries)
     }
 
     /// A member declared dead is back with the same incarnation (it was
@@ -440,12 +461,16 @@ impl Directory {
     pub fn member_back(&mut self, node: &str) {
         let name = self.name(node);
         for e in self.entries.values_mut() {
-            if let Some(i) = e.away.iter().position(|h| **h == *node) {
-                e.away.remove(i);
-                e.holders.push(name.clone());
-                if e.state == State::Lost {
-                    e.state = State::Sealed;
-                }
+            back(e, node, &name);
+        }
+    }
+
+    /// [`Directory::member_back`] for the entries of `ids` only.
+    pub fn member_back_in(&mut self, node: &str, ids: &[ObjectId]) {
+        let name = self.name(node);
+        for id in ids {
+            if let Some(e) = self.entries.get_mut(id) {
+                back(e, node, &name);
             }
         }
     }
@@ -455,13 +480,57 @@ impl Directory {
     /// entries kept only for it go.
     pub fn member_restarted(&mut self, node: &str) -> usize {
         let lost = self.member_died(node);
-        self.entries.retain(|_, e| {
-            e.away.retain(|h| **h != *node);
-            e.stale.retain(|h| **h != *node);
-            !(e.state == State::Deleted && e.stale.is_empty())
-        });
+        self.entries.retain(|_, e| !restarted(e, node));
         lost
     }
+
+    /// [`Directory::member_restarted`] for the entries of `ids` only.
+    pub fn member_restarted_in(&mut self, node: &str, ids: &[ObjectId]) -> usize {
+        let lost = self.member_died_in(node, ids);
+        for id in ids {
+            if self.entries.get_mut(id).is_some_and(|e| restarted(e, node)) {
+                self.entries.remove(id);
+            }
+        }
+        lost
+    }
+}
+
+/// `node` (named `name`) died: applied to one entry; true if it is lost.
+fn died(e: &mut Entry, node: &str, name: &Member) -> bool {
+    if matches!(&e.state, State::Creating { by } if **by == *node) {
+        e.state = State::Lost;
+        return true;
+    }
+    let held = e.holders.len();
+    e.holders.retain(|h| **h != *node);
+    if held != e.holders.len() && !e.away.iter().any(|h| **h == *node) {
+        e.away.push(name.clone());
+    }
+    if e.state == State::Sealed && e.holders.is_empty() && held > 0 {
+        e.state = State::Lost;
+        return true;
+    }
+    false
+}
+
+/// `node` is back from a pause: applied to one entry.
+fn back(e: &mut Entry, node: &str, name: &Member) {
+    if let Some(i) = e.away.iter().position(|h| **h == *node) {
+        e.away.remove(i);
+        e.holders.push(name.clone());
+        if e.state == State::Lost {
+            e.state = State::Sealed;
+        }
+    }
+}
+
+/// `node` restarted (its death already applied): true if the entry was
+/// kept only for it.
+fn restarted(e: &mut Entry, node: &str) -> bool {
+    e.away.retain(|h| **h != *node);
+    e.stale.retain(|h| **h != *node);
+    e.state == State::Deleted && e.stale.is_empty()
 }
 
 impl Entry {

@@ -1,4 +1,10 @@
 //! The gRPC `Peer` service: what other members ask of this one.
+//!
+//! It is served on the heartbeat thread: a heartbeat is answered there at
+//! once, from what this member last said of itself; claims (short, and
+//! each create waits on one) and lookups are answered there too; updates,
+//! forgets, drops and lists, which may go through many entries or ask the
+//! store, are handed to the cluster's thread.
 
 use crate::cluster::Cluster;
 use crate::net::guard::{self, Guard, Incoming};
@@ -55,6 +61,17 @@ fn ids(packed: &[u8]) -> Result<Vec<ObjectId>, Status> {
     Ok(v)
 }
 
+/// Runs `work` on the cluster's thread and waits for it (the heartbeat
+/// thread meanwhile answers heartbeats).
+async fn on_cluster_thread<T: Send + 'static>(
+    c: &Cluster,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, Status> {
+    c.rt.spawn(work)
+        .await
+        .map_err(|e| Status::internal(format!("cluster task failed: {e}")))
+}
+
 impl Cluster {
     /// This member and every member it knows (for gossip).
     pub(crate) fn known_with_me(&self) -> Vec<String> {
@@ -74,7 +91,7 @@ impl Peer for Service {
         let c = &self.0;
         c.heard(member_of(r.from), &r.known);
         Ok(Response::new(pb::HeartbeatReply {
-            from: Some(member_pb(c.my_info())),
+            from: Some(member_pb(c.info())),
             known: c.known_with_me(),
         }))
     }
@@ -100,9 +117,11 @@ impl Peer for Service {
         if r.ops.len() > MAX_OPS.max(MAX_IDS) {
             return Err(Status::invalid_argument("too many ops in one update"));
         }
-        let refused = self
-            .0
-            .apply_update(&r.node, &r.ops, r.rejoin, r.synced_ring);
+        let c = self.0.clone();
+        let refused = on_cluster_thread(&self.0, async move {
+            c.apply_update(&r.node, &r.ops, r.rejoin, r.synced_ring)
+        })
+        .await?;
         Ok(Response::new(pb::UpdateReply {
             refused_ids: pack_ids(&refused),
         }))
@@ -127,9 +146,9 @@ impl Peer for Service {
         req: Request<pb::ForgetRequest>,
     ) -> Result<Response<pb::LookupReply>, Status> {
         let ids = ids(&req.into_inner().object_ids)?;
-        Ok(Response::new(pb::LookupReply {
-            entries: self.0.forget_local(&ids),
-        }))
+        let c = self.0.clone();
+        let entries = on_cluster_thread(&self.0, async move { c.forget_local(&ids) }).await?;
+        Ok(Response::new(pb::LookupReply { entries }))
     }
 
     async fn drop_copies(
@@ -139,17 +158,21 @@ impl Peer for Service {
         let r = req.into_inner();
         let ids = ids(&r.object_ids)?;
         let before = (r.sealed_before_us > 0).then_some(r.sealed_before_us);
-        Ok(Response::new(pb::DropCopiesReply {
-            status: self.0.drop_local_sealed_before(&ids, before),
-        }))
+        let c = self.0.clone();
+        let status = on_cluster_thread(
+            &self.0,
+            async move { c.drop_local_sealed_before(&ids, before) },
+        )
+        .await?;
+        Ok(Response::new(pb::DropCopiesReply { status }))
     }
 
     async fn list_local(
         &self,
         _req: Request<pb::ListLocalRequest>,
     ) -> Result<Response<pb::ListLocalReply>, Status> {
-        Ok(Response::new(pb::ListLocalReply {
-            objects: self.0.list_local(),
-        }))
+        let c = self.0.clone();
+        let objects = on_cluster_thread(&self.0, async move { c.list_local() }).await?;
+        Ok(Response::new(pb::ListLocalReply { objects }))
     }
 }

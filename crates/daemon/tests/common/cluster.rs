@@ -29,6 +29,18 @@ impl Member {
         token: &str,
         memory: &str,
     ) -> Self {
+        Self::start_timed(netns, addr, peers, token, memory, "2s")
+    }
+
+    /// [`Member::start_sized`] with `peer_timeout` (heartbeats every 100 ms).
+    pub fn start_timed(
+        netns: Option<&str>,
+        addr: &str,
+        peers: &[&str],
+        token: &str,
+        memory: &str,
+        peer_timeout: &str,
+    ) -> Self {
         let mut args = vec![
             "--cluster-listen",
             addr,
@@ -37,7 +49,7 @@ impl Member {
             "--heartbeat-interval",
             "100ms",
             "--peer-timeout",
-            "2s",
+            peer_timeout,
         ];
         let joined = peers.join(",");
         if !peers.is_empty() {

@@ -16,8 +16,14 @@ pub struct TestStore {
     pub socket: PathBuf,
 }
 
+/// The store binary: this build's, or `$FP_TEST_STORE_BIN` (to run a test
+/// against another build, e.g. main's, to see it fail there).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_ferroplasma")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("FP_TEST_STORE_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_ferroplasma").into())
+    })
 }
 
 /// Runs `ferroplasma store --memory 8MiB --socket SOCKET EXTRA...` to
