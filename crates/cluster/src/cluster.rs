@@ -285,10 +285,17 @@ impl Cluster {
         drop(ids);
         let alive = lock(&self.membership).alive();
         let ring = Ring::new(alive.clone());
-        let cleared = alive.len() == 1 && !ch.died.is_empty();
+        if ch.stalled {
+            tracing::warn!(
+                "this member was stopped for longer than the peer timeout (paused, or \
+                 starved of the CPU): it forgets its directory, and every member \
+                 re-registers with it"
+            );
+        }
+        let cleared = ch.stalled || (alive.len() == 1 && !ch.died.is_empty());
         if cleared {
-            // Everyone else died at once: this member was most likely cut off
-            // or paused. What its directory says is out of date by the time
+            // This member stalled, or everyone else died at once (it was
+            // most likely cut off). What its directory says is out of date by the time
             // it is back; it forgets it and says so in its heartbeats (a new
             // directory epoch), and everyone re-registers with it.
             self.directory_epoch.fetch_add(1, Ordering::Relaxed);

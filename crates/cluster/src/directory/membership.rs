@@ -9,10 +9,13 @@
 //! heartbeats that arrived and were not read yet: they are read before the
 //! next sweep, and clear the suspicion. A sweep that comes more than the
 //! timeout after the previous one, though, means this member itself was
-//! stopped (paused, or starved of the CPU for that long): the others have
-//! declared it dead meanwhile and changed their ring, so it declares the
-//! silent ones dead at once, and (all of them gone at once) forgets its
-//! directory and joins again, as a member cut off does.
+//! stopped (paused, or starved of the CPU for that long): the others may
+//! have declared it dead meanwhile, and what its directory knows may be
+//! out of date (deletes, new objects, copies re-registered elsewhere). It
+//! declares nobody dead for that (the others' heartbeats wait unread, as
+//! after a late sweep); it forgets its directory and starts a new
+//! directory epoch instead, so that every member re-registers with it,
+//! as with a member that comes back after being cut off.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -73,12 +76,16 @@ pub struct Changes {
     /// Members heard from with a new incarnation: they hold nothing of
     /// what they held before.
     pub restarted: Vec<String>,
+    /// This member was stopped for longer than the timeout (no sweep ran):
+    /// its directory is out of date, it forgets it.
+    pub stalled: bool,
 }
 
 impl Changes {
-    /// True when the set of live members changed.
+    /// True when the ring changes: the set of live members, or this
+    /// member's directory epoch (after a stall).
     pub fn ring_changed(&self) -> bool {
-        !self.joined.is_empty() || !self.died.is_empty()
+        !self.joined.is_empty() || !self.died.is_empty() || self.stalled
     }
 }
 
@@ -193,9 +200,12 @@ impl Membership {
     /// declares dead those still silent that were suspected at an earlier
     /// sweep, at least the grace before.
     pub fn sweep(&mut self, now: Instant) -> Changes {
-        let mut ch = Changes::default();
         let stalled = (self.last_sweep.replace(now))
             .is_some_and(|t| now.saturating_duration_since(t) > self.timeout);
+        let mut ch = Changes {
+            stalled,
+            ..Changes::default()
+        };
         for (addr, m) in &mut self.members {
             let silent = m
                 .last_seen
@@ -204,12 +214,12 @@ impl Membership {
                 m.suspected = None;
                 continue;
             }
+            if ch.stalled {
+                // Stopped itself: what the others sent waits unread.
+                m.suspected = Some(now);
+                continue;
+            }
             match m.suspected {
-                _ if stalled => {
-                    m.health = Health::Dead;
-                    m.suspected = None;
-                    ch.died.push(addr.clone());
-                }
                 None => {
                     m.suspected = Some(now);
                     tracing::debug!(member = %addr, "cluster member suspected (silent)");
@@ -383,11 +393,16 @@ mod tests {
         assert!(!m.sweep(t0 + s(9) + grace / 2).ring_changed());
         assert_eq!(m.sweep(t0 + s(9) + grace).died, ["b"]);
         // This member itself stopped for longer than the timeout (no sweep
-        // meanwhile): the others declared it dead; it declares them dead
-        // at once, to forget its directory and join again.
+        // meanwhile): it declares nobody dead (B's heartbeats wait
+        // unread), and says it stalled (it forgets its directory).
         m.heard(info("b", 1), t0 + s(10));
         assert!(!m.sweep(t0 + s(10)).ring_changed());
-        assert_eq!(m.sweep(t0 + s(14)).died, ["b"]);
+        let ch = m.sweep(t0 + s(14));
+        assert!(ch.stalled && ch.died.is_empty() && ch.ring_changed());
+        assert!(m.is_alive("b"));
+        m.heard(info("b", 1), t0 + s(14) + grace / 2);
+        assert!(!m.sweep(t0 + s(14) + grace).ring_changed());
+        assert!(m.is_alive("b"));
     }
 
     #[test]
