@@ -52,6 +52,11 @@ impl TableView {
             .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
         let tags = MmapMut::map_anon(slots.max(1) * 8)
             .map_err(|e| bad(format!("cannot map the tags: {e}")))?;
+        // 2 MiB pages for the tags too (private memory: the kernel gives
+        // them where `transparent_hugepage/enabled` is `madvise` or
+        // `always`): the first take in each 2 MiB of a large table then
+        // faults once for 262,144 slots, not once per 512.
+        let _ = tags.advise(memmap2::Advice::HugePage);
         let mut v = Self {
             table,
             holds,
@@ -244,10 +249,55 @@ pub(crate) struct Tables {
     failed_at: Mutex<Option<std::time::Instant>>,
 }
 
+/// Tables at least this large (524,288 slots) are mapped in ahead of use
+/// ([`warm`]).
+const WARM_FROM: usize = 32 << 20;
+
+/// Maps the whole of a large table and of this client's holds into this
+/// process, on a thread of its own, 32 MiB at a time while the view lives
+/// (`MADV_POPULATE_READ` and `_WRITE`): otherwise the first touch of each
+/// page costs a page fault (the table's one per 64 KiB; the holds', which
+/// allocates the page, one per 4 KiB), and on a table of millions of slots
+/// nearly every get of a random object touches pages of its own for a long
+/// while: 3.8 µs against 1.0 µs warm at 3 million objects before this, 1.3
+/// µs after. The holds then take 4 B per slot of memory from the start,
+/// what a reader of random objects reaches anyway (and the store's scans
+/// of the holds touch all of it). The connection does not wait; gets
+/// meanwhile fault as before.
+fn warm(view: &Arc<TableView>) {
+    let table = view.table.len();
+    if table < WARM_FROM {
+        return;
+    }
+    let holds = view.holds.len();
+    let weak = Arc::downgrade(view);
+    let _ = std::thread::Builder::new()
+        .name("fp-table-warm".into())
+        .spawn(move || {
+            use memmap2::Advice::{PopulateRead, PopulateWrite};
+            let pieces = (0..holds).step_by(WARM_FROM).map(|at| (false, at, holds));
+            let pieces = pieces.chain((0..table).step_by(WARM_FROM).map(|at| (true, at, table)));
+            for (is_table, at, len) in pieces {
+                let Some(v) = weak.upgrade() else { return };
+                let n = WARM_FROM.min(len - at);
+                let done = if is_table {
+                    v.table.advise_range(PopulateRead, at, n)
+                } else {
+                    v.holds.advise_range(PopulateWrite, at, n)
+                };
+                if done.is_err() {
+                    return; // a kernel before 5.14: pages fault in as before
+                }
+            }
+        });
+}
+
 impl Tables {
     pub fn new(view: TableView, client_id: u64, token: Vec<u8>) -> Self {
+        let view = Arc::new(view);
+        warm(&view);
         Self {
-            current: RwLock::new(Arc::new(view)),
+            current: RwLock::new(view),
             old: Mutex::new(Vec::new()),
             client_id,
             token,
@@ -291,6 +341,7 @@ impl Tables {
         };
         *failed_at = None;
         let next = Arc::new(view);
+        warm(&next);
         let was = std::mem::replace(&mut *cur, next.clone());
         let mut old = self.old.lock().unwrap_or_else(|p| p.into_inner());
         old.retain(|w| w.strong_count() > 0);
