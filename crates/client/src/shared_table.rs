@@ -52,11 +52,14 @@ impl TableView {
             .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
         let tags = MmapMut::map_anon(slots.max(1) * 8)
             .map_err(|e| bad(format!("cannot map the tags: {e}")))?;
-        // 2 MiB pages for the tags too (private memory: the kernel gives
-        // them where `transparent_hugepage/enabled` is `madvise` or
-        // `always`): the first take in each 2 MiB of a large table then
-        // faults once for 262,144 slots, not once per 512.
-        let _ = tags.advise(memmap2::Advice::HugePage);
+        if (slots + 1) * SLOT_BYTES >= WARM_FROM {
+            // A large table's tags are mapped in ahead too ([`warm`]), in
+            // 2 MiB pages where the kernel gives them (private memory:
+            // `transparent_hugepage/enabled` `madvise` or `always`). Not a
+            // small table's: the first take would wait for a 2 MiB page to
+            // be cleared (9–16 ms on a VM whose host backs it then).
+            let _ = tags.advise(memmap2::Advice::HugePage);
+        }
         let mut v = Self {
             table,
             holds,
@@ -253,37 +256,38 @@ pub(crate) struct Tables {
 /// ([`warm`]).
 const WARM_FROM: usize = 32 << 20;
 
-/// Maps the whole of a large table and of this client's holds into this
-/// process, on a thread of its own, 32 MiB at a time while the view lives
-/// (`MADV_POPULATE_READ` and `_WRITE`): otherwise the first touch of each
-/// page costs a page fault (the table's one per 64 KiB; the holds', which
-/// allocates the page, one per 4 KiB), and on a table of millions of slots
+/// Maps the whole of a large table, of this client's holds and of its
+/// tags into this process, on a thread of its own, 32 MiB at a time while
+/// the view lives (`MADV_POPULATE_READ` and `_WRITE`): otherwise the first
+/// touch of each page costs a page fault (the table's one per 64 KiB; the
+/// holds' and tags', which allocate the page, one per 4 KiB or 2 MiB), and
+/// on a table of millions of slots
 /// nearly every get of a random object touches pages of its own for a long
 /// while: 3.8 µs against 1.0 µs warm at 3 million objects before this, 1.3
-/// µs after. The holds then take 4 B per slot of memory from the start,
-/// what a reader of random objects reaches anyway (and the store's scans
-/// of the holds touch all of it). The connection does not wait; gets
-/// meanwhile fault as before.
+/// µs after. The holds then take 4 B per slot of memory from the start
+/// and the tags 8 B, what a reader of random objects reaches anyway (and
+/// the store's scans of the holds touch all of them). The connection does
+/// not wait; gets meanwhile fault as before.
 fn warm(view: &Arc<TableView>) {
     let table = view.table.len();
     if table < WARM_FROM {
         return;
     }
-    let holds = view.holds.len();
+    let (holds, tags) = (view.holds.len(), view.tags.len());
     let weak = Arc::downgrade(view);
     let _ = std::thread::Builder::new()
         .name("fp-table-warm".into())
         .spawn(move || {
             use memmap2::Advice::{PopulateRead, PopulateWrite};
-            let pieces = (0..holds).step_by(WARM_FROM).map(|at| (false, at, holds));
-            let pieces = pieces.chain((0..table).step_by(WARM_FROM).map(|at| (true, at, table)));
-            for (is_table, at, len) in pieces {
+            let of =
+                |which: u8, len: usize| (0..len).step_by(WARM_FROM).map(move |at| (which, at, len));
+            for (which, at, len) in of(0, holds).chain(of(1, tags)).chain(of(2, table)) {
                 let Some(v) = weak.upgrade() else { return };
                 let n = WARM_FROM.min(len - at);
-                let done = if is_table {
-                    v.table.advise_range(PopulateRead, at, n)
-                } else {
-                    v.holds.advise_range(PopulateWrite, at, n)
+                let done = match which {
+                    0 => v.holds.advise_range(PopulateWrite, at, n),
+                    1 => v.tags.advise_range(PopulateWrite, at, n),
+                    _ => v.table.advise_range(PopulateRead, at, n),
                 };
                 if done.is_err() {
                     return; // a kernel before 5.14: pages fault in as before
