@@ -298,8 +298,10 @@ impl Cluster {
             // most likely cut off). What its directory says is out of date by the time
             // it is back; it forgets it and says so in its heartbeats (a new
             // directory epoch), and everyone re-registers with it.
+            // (Its heartbeats name the new epoch only once the directory
+            // is cleared, below: a member re-registering for it meanwhile
+            // would see its entries cleared and its mark kept.)
             self.directory_epoch.fetch_add(1, Ordering::Relaxed);
-            self.refresh_info();
         }
         let fingerprint = self.fingerprint(ring.members());
         let (forgotten, kept) = {
@@ -317,6 +319,9 @@ impl Cluster {
             (forgotten, (!cleared).then(|| d.ids()))
         };
         drop(forgotten);
+        if cleared {
+            self.refresh_info();
+        }
         self.directory_changed.notify_waiters();
         self.rejoin.notify_one();
         let me = self.me.as_str();

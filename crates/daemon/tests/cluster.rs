@@ -450,9 +450,14 @@ fn a_delete_while_a_holder_is_paused_completes_when_it_returns() {
     for declared_dead in [true, false] {
         let id = ObjectId::random();
         put(&a, id, 5000);
-        check(&b, id, 5000, Duration::from_secs(10)); // B pulls a copy
+        // B pulls a copy. Should B's report of it reach an owner before
+        // A's report of the seal, the owner refuses it (it cannot tell
+        // it from a copy of an earlier object under this id) and B drops
+        // it: B reads it again, as a program would.
         eventually("both copies registered", Duration::from_secs(10), || {
-            copies(&a, id) == 2 && b.cluster_status().unwrap().updates_pending == 0
+            check(&b, id, 5000, Duration::from_secs(10));
+            // Reports sent (and a refused copy dropped), then counted.
+            b.cluster_status().unwrap().updates_pending == 0 && copies(&a, id) == 2
         });
         signal(&m[1], "-STOP");
         if declared_dead {

@@ -317,22 +317,11 @@ impl Directory {
                         .or_insert_with(|| Box::new(Entry::sealed(data_size, metadata_size))),
                     None => return false,
                 };
-                if refused(e) {
-                    // Deleted, or lost and created again: this copy is stale.
+                if refused(e) || matches!(e.state, State::Creating { .. }) {
+                    // Deleted, or lost and being created again: this copy is stale.
                     return false;
                 }
-                match e.state {
-                    // Pulled from the creator, which sealed it, before its
-                    // own report reached this member (the reports of two
-                    // members travel apart): a copy of this very object
-                    // (one of an older object under this id is in `stale`).
-                    // The entry stays `Creating` until the primary reports.
-                    State::Creating { .. } => {
-                        e.data_size = data_size;
-                        e.metadata_size = metadata_size;
-                    }
-                    _ => e.state = State::Sealed,
-                }
+                e.state = State::Sealed;
                 if !e.holders.iter().any(|h| **h == *node) {
                     e.holders.push(name);
                 }
@@ -346,10 +335,6 @@ impl Directory {
                 let claimed = matches!(&e.state, State::Creating { by } if **by == *node);
                 if change == Change::Aborted {
                     if claimed {
-                        // A copy reported meanwhile cannot be of this
-                        // object (never sealed): stale.
-                        let held: Vec<Member> = e.holders.drain(..).collect();
-                        e.stale.extend(held);
                         if e.stale.is_empty() {
                             self.entries.remove(&id);
                         } else {
@@ -514,10 +499,8 @@ impl Directory {
 /// `node` (named `name`) died: applied to one entry; true if it is lost.
 fn died(e: &mut Entry, node: &str, name: &Member) -> bool {
     if matches!(&e.state, State::Creating { by } if **by == *node) {
-        // Sealed after all where a copy was pulled and reported first.
-        let copied = e.holders.iter().any(|h| **h != *node);
-        e.state = if copied { State::Sealed } else { State::Lost };
-        return !copied;
+        e.state = State::Lost;
+        return true;
     }
     let held = e.holders.len();
     e.holders.retain(|h| **h != *node);

@@ -378,37 +378,3 @@ fn memory_per_entry_of_a_million() {
     // slots were 185 B each: 387 B per entry.
     assert!(per_entry <= 240, "{per_entry} B per entry");
 }
-
-/// The reports of two members travel apart: a copy pulled from the
-/// creator may be reported before the creator's own seal. It is kept (and
-/// the object found sealed once the creator reports, or should the
-/// creator die first), not refused and dropped.
-#[test]
-fn a_copy_reported_before_the_creators_seal_is_kept() {
-    let mut d = Directory::new();
-    let id = ObjectId::random();
-    assert!(d.claim(id, "a"));
-    assert!(d.update(id, "b", CACHED, false), "b's pulled copy");
-    assert_eq!(
-        d.lookup(&id).unwrap().state,
-        State::Creating { by: "a".into() }
-    );
-    assert!(d.update(id, "a", PRIMARY, false));
-    let e = d.lookup(&id).unwrap();
-    assert_eq!(e.state, State::Sealed);
-    assert_eq!(names(&e.holders), ["a", "b"]);
-    // The creator dies before its report: the copy keeps the object.
-    let other = ObjectId::random();
-    assert!(d.claim(other, "a"));
-    assert!(d.update(other, "b", CACHED, false));
-    assert_eq!(d.member_died("a"), 0);
-    assert_eq!(d.lookup(&other).unwrap().state, State::Sealed);
-    assert_eq!(names(&d.lookup(&other).unwrap().holders), ["b"]);
-    // A copy of an older object under a re-created id is still refused.
-    let again = ObjectId::random();
-    d.update(again, "c", PRIMARY, false);
-    d.update(again, "b", CACHED, false);
-    d.forget(&again);
-    assert!(d.claim(again, "a"));
-    assert!(!d.update(again, "b", CACHED, false));
-}
