@@ -147,6 +147,7 @@ bench: ## Per-operation latency next to a Unix-socket round trip, as ratios; wit
 
 # QUICK=1: 10^3 to 10^5 objects (minutes), results in bench/results/.
 bench-scale: build ## get, contains, batched get, put and the store's RSS against the object count (10^3..10^7, 64 B) for ferroplasma, Plasma, Ray, shared_memory, interleaved; QUICK=1
+	$(CARGO) build --release -p ferroplasma-bench --bin ferroplasma-bench-floor
 	cd bench && ../$(VENV)/bin/python -m scale.run --setup $(if $(QUICK),--quick)
 
 bench-cluster: build ## Local vs remote gets, the microbenchmarks of the ThymesisFlow Plasma paper (Abrahamse et al., 2022), across two network namespaces next to raw TCP (root); plot into docs/img

@@ -10,7 +10,10 @@ workers and venvs). At each count, in turn: every system grows to it (in
 slices, taking turns, each put timed); then a few rounds in which every
 system, in an order that rotates, times single gets, contains of present
 and absent ids and batched gets of 1,000 random ids; then the memory of its
-store's processes. A system stops, and the report says why, when growing to
+store's processes; and the hardware's floor: one random read among that
+many 64-byte slots of shared memory the size of ferroplasma's table
+(ferroplasma-bench-floor), which every lookup in the table pays at least
+once. A system stops, and the report says why, when growing to
 the next count would take over --max-grow-seconds (from its put rate), need
 more memory than the machine has free, or when a call fails. When a system
 stops, and at the end, every object is deleted and the store's memory is
@@ -23,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 
@@ -270,12 +274,31 @@ def record(s: System, count: int, prev: int, figures: dict) -> None:
     s.points[str(count)] = figures
 
 
+FLOOR = os.path.join(ROOT, "target", "release", "ferroplasma-bench-floor")
+
+
+def floor(count: int) -> dict | None:
+    """Seconds of one dependent random read among `count` slots of a
+    table's size, and of a batch of 1,000 independent ones
+    (bench/src/floor.rs); None without the binary (`make bench-scale`
+    builds it)."""
+    if not os.path.exists(FLOOR):
+        log(f"no {FLOOR}: the floor is left out (cargo build --release -p ferroplasma-bench)")
+        return None
+    out = subprocess.run(
+        [FLOOR, "--objects", str(count)], capture_output=True, text=True, check=True
+    ).stdout
+    got = json.loads(out.splitlines()[-1])
+    return {"read": got["ns_per_read"] * 1e-9, "batch": got["ns_per_batch"] * 1e-9}
+
+
 def run(args) -> dict:
     from tqdm import tqdm
 
     t0 = time.monotonic()
     systems = start(args.systems, args)
     prev = 0
+    floors: dict[str, dict | None] = {}
     try:
         for stage, target in enumerate(args.counts):
             active = [s for s in systems.values() if s.running]
@@ -294,6 +317,7 @@ def run(args) -> dict:
             for s in active:
                 if s.running:
                     record(s, target, prev, figures[s.name])
+            floors[str(target)] = floor(target)
             prev = target
         for s in systems.values():
             if s.running:
@@ -317,6 +341,7 @@ def run(args) -> dict:
         },
         "systems": {s.name: s.status for s in systems.values()},
         "points": {s.name: s.points for s in systems.values()},
+        "floor": floors,
     }
 
 

@@ -114,6 +114,16 @@ def test_growth_ratios_and_targets():
     assert "×1.10 | ≤ ×1.2 | met |" in rows  # the 10^7th put over the 100th
     assert "| 400 B | ≤ 150 B | **missed** |" in rows
     assert "+100.0 MiB (10,000,000 deleted) | ≤ 64 MiB | **missed** |" in rows
+    assert rows.count("| — |") == 6, "no floor measured: none is given"
+    # The floor: one read costs 0.5 µs more at 10^7, a batch of 1,000 30 µs.
+    results["floor"] = {
+        "10000": {"read": 20e-9, "batch": 5e-6},
+        "10000000": {"read": 520e-9, "batch": 35e-6},
+    }
+    rows = "\n".join(report.targets(results))
+    assert "| ×3.00 | ≤ ×1.5 | **missed** | ×1.50 (20 ns → 520 ns) |" in rows
+    batch_10_7 = next(r for r in rows.splitlines() if r.startswith("| get_batch p50 at 10^7"))
+    assert batch_10_7.endswith("| ×1.30 (5 µs → 35 µs) |"), batch_10_7
 
 
 def test_docs_section_is_what_the_report_makes_of_docs_scale_json():
