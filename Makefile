@@ -30,20 +30,39 @@ build: $(VENV)/.deps c-lib ## Build (release) the Python package into .venv, wit
 
 # The C library (docs/languages.md): libferroplasma.so and .a, ferroplasma.h
 # and ferroplasma.hpp, and a pkg-config file, laid out as under a prefix.
+# With them, Plasma's C++ client headers on ferroplasma
+# (include/ferroplasma-plasma/plasma/*.h) and ferroplasma-plasma.pc, whose
+# flags add Arrow C++ from the .venv's pyarrow (headers and libarrow).
 C_OUT := target/c
+PYARROW_INCLUDE = $(shell $(VENV)/bin/python -c "import pyarrow as pa; print(pa.get_include())")
+PYARROW_LIBARROW = $(shell $(VENV)/bin/python -c "import glob, pyarrow as pa; print(sorted(glob.glob(pa.get_library_dirs()[0] + '/libarrow.so.*'))[0])")
+define plasma_pc
+printf '%s\n' 'prefix=$(1)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+  'Name: ferroplasma-plasma' \
+  'Description: Plasma'"'"'s C++ client (#include <plasma/client.h>) on ferroplasma and Arrow C++' \
+  'Version: 0.1.0' \
+  'Cflags: -I$${includedir}/ferroplasma-plasma -I$${includedir} -I$(PYARROW_INCLUDE)' \
+  'Libs: -L$${libdir} -lferroplasma -Wl,-rpath,$${libdir} $(PYARROW_LIBARROW) -Wl,-rpath,$(dir $(PYARROW_LIBARROW))'
+endef
 c-lib: ## Build the C library, its headers and ferroplasma.pc into target/c (PKG_CONFIG_PATH=target/c/lib/pkgconfig)
 	$(CARGO) build --release -p ferroplasma-capi
 	mkdir -p $(C_OUT)/lib/pkgconfig $(C_OUT)/include
 	cp target/release/libferroplasma.so target/release/libferroplasma.a $(C_OUT)/lib/
 	cp crates/capi/include/ferroplasma.h crates/capi/include/ferroplasma.hpp crates/capi/include/ferroplasma_arrow.hpp $(C_OUT)/include/
+	mkdir -p $(C_OUT)/include/ferroplasma-plasma/plasma
+	cp crates/capi/include/plasma/*.h $(C_OUT)/include/ferroplasma-plasma/plasma/
 	sed -e 's|@PREFIX@|$(CURDIR)/$(C_OUT)|' -e 's|@VERSION@|0.1.0|' crates/capi/ferroplasma.pc.in > $(C_OUT)/lib/pkgconfig/ferroplasma.pc
+	$(call plasma_pc,$(CURDIR)/$(C_OUT)) > $(C_OUT)/lib/pkgconfig/ferroplasma-plasma.pc
 
 install-c: c-lib ## Install the C library, headers and pkg-config file under PREFIX (default /usr/local)
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(C_OUT)/lib/libferroplasma.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(C_OUT)/lib/libferroplasma.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(C_OUT)/include/ferroplasma.h $(C_OUT)/include/ferroplasma.hpp $(C_OUT)/include/ferroplasma_arrow.hpp $(DESTDIR)$(PREFIX)/include/
+	install -d $(DESTDIR)$(PREFIX)/include/ferroplasma-plasma/plasma
+	install -m 644 $(C_OUT)/include/ferroplasma-plasma/plasma/*.h $(DESTDIR)$(PREFIX)/include/ferroplasma-plasma/plasma/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|0.1.0|' crates/capi/ferroplasma.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferroplasma.pc
+	$(call plasma_pc,$(PREFIX)) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/ferroplasma-plasma.pc
 
 header: ## Regenerate crates/capi/include/ferroplasma.h from the code (cbindgen)
 	FP_WRITE_HEADER=1 $(CARGO) test -q -p ferroplasma-capi --test header
@@ -70,17 +89,36 @@ test-rust: ## Rust unit, property and integration tests (root-only ones when roo
 	  $(CARGO) test --workspace -- --ignored root_; \
 	else echo "test-rust: root-only tests skipped (not root)"; fi
 
-test-python: build wheel test-sysdeps ## Python tests (pytest) against real stores
+test-python: build wheel test-sysdeps $(PLASMA_CPP) ## Python tests (pytest) against real stores
 	$(VENV)/bin/python -m pytest -q --durations=10 python/tests
 
 # Debian packages only tests use: Prometheus (it scrapes a store in
-# test_metrics.py). Installed when root; elsewhere that test is skipped.
+# test_metrics.py; skipped without it) and GoogleTest (the C++ Plasma suite,
+# test_plasma_cpp.py, which fails without it). Installed when root.
 test-sysdeps:
-	@command -v prometheus >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "test-sysdeps: as root, installing Debian's prometheus package (test_metrics.py scrapes a store with it)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
-	  else echo "test-sysdeps: prometheus not installed (not root): its test is skipped"; fi; }
+	@missing=""; command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	  [ -f /usr/src/googletest/googletest/src/gtest-all.cc ] || missing="$$missing libgtest-dev"; \
+	  if [ -n "$$missing" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	      echo "test-sysdeps: as root, installing Debian's$$missing (test_metrics.py scrapes a store with prometheus; test_plasma_cpp.py builds on GoogleTest)"; \
+	      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	    else echo "test-sysdeps: not root, not installed:$$missing (apt-get install them)"; fi; fi
+
+# Plasma's C++ client and store, from the same wheel: the C++ suite
+# (crates/capi/tests/cpp/plasma_client_test.cc) is built against them too and
+# must pass on Plasma as on ferroplasma (python/tests/test_plasma_cpp.py).
+PLASMA_CPP := target/plasma-cpp/.extracted
+$(PLASMA_CPP): | $(VENV)/.deps
+	mkdir -p $(dir $@)
+	$(VENV)/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+	  --platform manylinux2014_x86_64 -d $(dir $@) pyarrow==11.0.0
+	$(VENV)/bin/python -c "import glob, os, zipfile; \
+	  z = zipfile.ZipFile(glob.glob('$(dir $@)pyarrow-11.0.0-*.whl')[0]); \
+	  keep = ('pyarrow/include/', 'pyarrow/libarrow.so.1100', 'pyarrow/libplasma.so.1100', 'pyarrow/plasma-store-server'); \
+	  [z.extract(n, '$(dir $@)') for n in z.namelist() if n.startswith(keep)]; \
+	  os.chmod('$(dir $@)pyarrow/plasma-store-server', 0o755)"
+	rm -f $(dir $@)pyarrow-11.0.0-*.whl
+	touch $@
 
 # Plasma's own tests, from the last pyarrow that shipped Plasma (fetched from
 # PyPI, never committed), run against ferroplasma.plasma.

@@ -277,8 +277,9 @@ class PlasmaClient:
         return self.get([object_ids], timeout_ms, serialization_context)[0]
 
     def contains(self, object_id: ObjectID) -> bool:
-        """Whether the object is sealed in the store."""
-        return self._c.contains(_ids([object_id]))[0]
+        """Whether the object is sealed in the store: as in Plasma, also
+        while a delete waits for the last client using it to release it."""
+        return self._c.contains(_ids([object_id]), deleting=True)[0]
 
     def hash(self, object_id: ObjectID) -> bytes:
         """An 8-byte digest (BLAKE2b) of the object's data and metadata:

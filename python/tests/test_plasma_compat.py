@@ -145,6 +145,20 @@ def test_contains_hash_delete_list(client):
     assert not client.contains(a) and not client.contains(b)
 
 
+def test_contains_is_true_while_a_delete_waits_for_a_reader(store):
+    """As Plasma's store answered: an object deleted while another client
+    reads it is still there for everyone until that client releases it (the
+    C++ suite, test_plasma_cpp.py, shows Plasma 11 doing so)."""
+    writer, reader = plasma.connect(store[0]), plasma.connect(store[0])
+    oid = writer.put_raw_buffer(b"in use")
+    [buf] = reader.get_buffers([oid])
+    writer.delete([oid])
+    assert writer.contains(oid) and reader.contains(oid)
+    del buf  # the reader's last reference
+    assert not reader.contains(oid)
+    eventually(lambda: not writer.contains(oid), what="deleted once released")
+
+
 def test_store_capacity_is_exact_and_a_full_size_object_fits():
     memory = 10_000_001  # not even a multiple of 64
     with plasma.start_plasma_store(memory) as (name, _):

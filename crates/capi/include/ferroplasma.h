@@ -140,6 +140,10 @@ typedef struct fp_object_info {
   bool sealed;
   // A delete waits for the last reference to go.
   bool delete_pending;
+  // When it was created: µs since the Unix epoch.
+  int64_t create_time_us;
+  // µs from create to seal; -1 while unsealed.
+  int64_t construct_duration_us;
 } fp_object_info;
 
 // The store's main figures (`fp_get_stats`).
@@ -244,6 +248,15 @@ uint64_t fp_buffer_metadata_size(const struct fp_buffer *buf);
 // # Safety
 // `buf` is NULL or a live buffer from this library.
 struct fp_object_id fp_buffer_id(const struct fp_buffer *buf);
+
+// Writes an 8-byte digest of the object (BLAKE2b with an 8-byte output,
+// over its data then its metadata) into `out`: equal objects hash equal on
+// any store, and Python's `PlasmaClient.hash` gives the same bytes.
+//
+// # Safety
+// `buf` is NULL or a live buffer from this library; `out` is NULL or has
+// room for 8 bytes.
+enum fp_status fp_buffer_hash(const struct fp_buffer *buf, uint8_t *out);
 
 // Gives the buffer's reference back to the store and frees the buffer.
 // NULL is ignored. After this the buffer's pointers are invalid.
@@ -368,6 +381,17 @@ enum fp_status fp_release(const struct fp_client *c, const struct fp_object_id *
 // # Safety
 // `c` is a live client; `id` points to an id; `out` is writable.
 enum fp_status fp_contains(const struct fp_client *c, const struct fp_object_id *id, bool *out);
+
+// Plasma's contains: sets `*out` to whether the object is sealed in the
+// store, counting one whose delete waits for its last reference (those
+// who hold it still read it), as Plasma's store answered. `fp_contains`
+// is false for such an object.
+//
+// # Safety
+// `c` is a live client; `id` points to an id; `out` is writable.
+enum fp_status fp_contains_deleting(const struct fp_client *c,
+                                    const struct fp_object_id *id,
+                                    bool *out);
 
 // Deletes `n` objects: each is freed now, or when its last reference
 // goes. With `out` not NULL, `out[i]` says which, for `ids[i]`.

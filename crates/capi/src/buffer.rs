@@ -2,6 +2,7 @@
 //! reference to the object) and an object being created (`fp_mut_buffer`).
 
 use crate::id::fp_object_id;
+use crate::status::{fp_status, guard, invalid};
 use ferroplasma_client::{MutableBuffer, ObjectBuffer};
 
 /// A sealed object's bytes in the store's shared memory, read-only. While
@@ -78,6 +79,43 @@ pub unsafe extern "C" fn fp_buffer_id(buf: *const fp_buffer) -> fp_object_id {
     unsafe { buf.as_ref() }.map_or(fp_object_id { bytes: [0; 20] }, |b| b.inner.id().into())
 }
 
+/// Writes an 8-byte digest of the object (BLAKE2b with an 8-byte output,
+/// over its data then its metadata) into `out`: equal objects hash equal on
+/// any store, and Python's `PlasmaClient.hash` gives the same bytes.
+///
+/// # Safety
+/// `buf` is NULL or a live buffer from this library; `out` is NULL or has
+/// room for 8 bytes.
+#[no_mangle]
+pub unsafe extern "C" fn fp_buffer_hash(buf: *const fp_buffer, out: *mut u8) -> fp_status {
+    guard(|| {
+        // Safety: NULL or live (the caller's promise).
+        let Some(b) = (unsafe { buf.as_ref() }) else {
+            return Err(invalid("fp_buffer_hash: the buffer is NULL"));
+        };
+        if out.is_null() {
+            return Err(invalid("fp_buffer_hash: out is NULL"));
+        }
+        let digest = digest(b.inner.data(), b.inner.metadata());
+        // Safety: `out` has room for 8 bytes (the caller's promise).
+        unsafe { std::ptr::copy_nonoverlapping(digest.as_ptr(), out, digest.len()) };
+        Ok(())
+    })
+}
+
+/// BLAKE2b of `data` then `metadata`, 8 bytes out (Python's
+/// `hashlib.blake2b(digest_size=8)`).
+fn digest(data: &[u8], metadata: &[u8]) -> [u8; 8] {
+    use blake2::digest::{Update, VariableOutput};
+    let mut h = blake2::Blake2bVar::new(8).expect("8 is a valid BLAKE2b output size");
+    h.update(data);
+    h.update(metadata);
+    let mut out = [0u8; 8];
+    h.finalize_variable(&mut out)
+        .expect("the output is 8 bytes");
+    out
+}
+
 /// Gives the buffer's reference back to the store and frees the buffer.
 /// NULL is ignored. After this the buffer's pointers are invalid.
 ///
@@ -123,4 +161,15 @@ pub unsafe extern "C" fn fp_mut_buffer_size(buf: *const fp_mut_buffer) -> u64 {
 pub unsafe extern "C" fn fp_mut_buffer_id(buf: *const fp_mut_buffer) -> fp_object_id {
     // Safety: NULL or live (the caller's promise).
     unsafe { buf.as_ref() }.map_or(fp_object_id { bytes: [0; 20] }, |b| b.inner.id().into())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The digest is Python's `hashlib.blake2b(b"hello" + b"m", digest_size=8)`.
+    #[test]
+    fn the_digest_is_blake2b_of_8_bytes_over_data_then_metadata() {
+        let d = super::digest(b"hello", b"m");
+        let python = [244, 170, 216, 120, 107, 17, 181, 227];
+        assert_eq!(d, python, "{d:02x?}");
+    }
 }

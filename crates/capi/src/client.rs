@@ -44,6 +44,10 @@ pub struct fp_object_info {
     pub sealed: bool,
     /// A delete waits for the last reference to go.
     pub delete_pending: bool,
+    /// When it was created: µs since the Unix epoch.
+    pub create_time_us: i64,
+    /// µs from create to seal; -1 while unsealed.
+    pub construct_duration_us: i64,
 }
 
 /// The store's main figures (`fp_get_stats`).
@@ -362,6 +366,33 @@ pub unsafe extern "C" fn fp_contains(
     })
 }
 
+/// Plasma's contains: sets `*out` to whether the object is sealed in the
+/// store, counting one whose delete waits for its last reference (those
+/// who hold it still read it), as Plasma's store answered. `fp_contains`
+/// is false for such an object.
+///
+/// # Safety
+/// `c` is a live client; `id` points to an id; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn fp_contains_deleting(
+    c: *const fp_client,
+    id: *const fp_object_id,
+    out: *mut bool,
+) -> fp_status {
+    guard(|| {
+        let cl = client(c, "fp_contains_deleting")?;
+        let [id] = ids_at(id, 1, "fp_contains_deleting")? else {
+            unreachable!("one id")
+        };
+        let found = cl.contains_deleting(&[ObjectId::from(*id)])?;
+        put(
+            out,
+            found.first().copied().unwrap_or(false),
+            "fp_contains_deleting",
+        )
+    })
+}
+
 /// Deletes `n` objects: each is freed now, or when its last reference
 /// goes. With `out` not NULL, `out[i]` says which, for `ids[i]`.
 ///
@@ -449,6 +480,8 @@ pub unsafe extern "C" fn fp_list(
                 ref_count: o.ref_count,
                 sealed: o.sealed,
                 delete_pending: o.delete_pending,
+                create_time_us: o.create_time_us,
+                construct_duration_us: o.construct_duration_us.unwrap_or(-1),
             })
             .collect();
         put(n, infos.len(), "fp_list")?;

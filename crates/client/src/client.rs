@@ -29,33 +29,6 @@ pub enum DeleteStatus {
     NotFound,
 }
 
-/// One row of [`Client::list`] and of each page of [`Client::list_pages`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectInfo {
-    /// The id.
-    pub id: ObjectId,
-    /// Data bytes.
-    pub data_size: u64,
-    /// Metadata bytes.
-    pub metadata_size: u64,
-    /// References held, over all clients.
-    pub ref_count: u64,
-    /// True once sealed.
-    pub sealed: bool,
-    /// Unix time of the create, µs.
-    pub create_time_us: i64,
-    /// µs from create to seal; `None` while unsealed.
-    pub construct_duration_us: Option<i64>,
-    /// A delete waits for the last reference to go.
-    pub delete_pending: bool,
-    /// Its bytes are in the store's spill directory (a get brings them back).
-    pub spilled: bool,
-    /// In a cluster-wide list: the member holding this copy (empty otherwise).
-    pub node: String,
-    /// A cached copy pulled from another member.
-    pub cached: bool,
-}
-
 /// A store's view of its cluster ([`Client::cluster_status`]).
 pub type ClusterStatus = pb::ClusterStatusReply;
 
@@ -478,6 +451,16 @@ impl Client {
     /// Whether each object is sealed in this store or, with `cluster`, on
     /// any live member of its cluster.
     pub fn contains_in(&self, ids: &[ObjectId], cluster: bool) -> Result<Vec<bool>> {
+        self.contains_with(ids, cluster, false)
+    }
+
+    /// Plasma's contains: [`Client::contains`], and true while a delete
+    /// waits for the object's last reference.
+    pub fn contains_deleting(&self, ids: &[ObjectId]) -> Result<Vec<bool>> {
+        self.contains_with(ids, false, true)
+    }
+
+    fn contains_with(&self, ids: &[ObjectId], cluster: bool, deleting: bool) -> Result<Vec<bool>> {
         if let Some(tables) = self.inner.table.as_ref() {
             self.inner.check_pid()?;
             // Sealed local objects are in the shared table; only the others
@@ -500,6 +483,7 @@ impl Client {
             let body = self.call(request::Body::Contains(pb::Contains {
                 object_ids: ferroplasma_protocol::pack_ids(chunk),
                 cluster,
+                deleting,
             }))?;
             match body {
                 reply::Body::Contains(c) if c.present.len() == chunk.len() => {

@@ -6,8 +6,8 @@
 //! written in place, without copies.
 //!
 //! Module map:
-//! - [`client`] — [`Client`] and its operations; [`ObjectInfo`], [`DeleteStatus`], [`Stats`].
-//! - [`listing`] — [`Client::list`] and [`ListPages`], a listing read a page at a time.
+//! - [`client`] — [`Client`] and its operations; [`DeleteStatus`], [`Stats`].
+//! - [`listing`] — [`Client::list`] and [`ListPages`], a listing read a page at a time; [`ObjectInfo`], its rows.
 //! - [`buffer`] — [`ObjectBuffer`] (sealed, read-only, releases on drop) and
 //!   [`MutableBuffer`] (being created; holds the creator's reference;
 //!   consumed by `seal` and `abort`).
@@ -43,12 +43,12 @@ pub mod subscription;
 pub mod trust;
 
 pub use buffer::{MutableBuffer, ObjectBuffer};
-pub use client::{Client, ClusterStatus, DeleteStatus, ObjectInfo, Stats};
+pub use client::{Client, ClusterStatus, DeleteStatus, Stats};
 pub use error::{ClientError, Result};
 pub use ferroplasma_protocol::pb::{MemberHealth, MemberStatus};
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
 pub use interrupt::set_interrupt_check;
-pub use listing::ListPages;
+pub use listing::{ListPages, ObjectInfo};
 pub use subscription::{
     decode_event_frames, decode_plasma_event, Event, EventFraming, EventKind, Subscription,
 };

@@ -1,10 +1,37 @@
 //! Listing the store's objects: [`Client::list_pages`], an iterator of
 //! pages, and [`Client::list`] built on it.
 
-use crate::client::{unexpected, Client, ObjectInfo};
+use crate::client::{unexpected, Client};
 use crate::error::{ClientError, Result};
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
+
+/// One row of [`Client::list`] and of each page of [`Client::list_pages`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// The id.
+    pub id: ObjectId,
+    /// Data bytes.
+    pub data_size: u64,
+    /// Metadata bytes.
+    pub metadata_size: u64,
+    /// References held, over all clients.
+    pub ref_count: u64,
+    /// True once sealed.
+    pub sealed: bool,
+    /// Unix time of the create, µs.
+    pub create_time_us: i64,
+    /// µs from create to seal; `None` while unsealed.
+    pub construct_duration_us: Option<i64>,
+    /// A delete waits for the last reference to go.
+    pub delete_pending: bool,
+    /// Its bytes are in the store's spill directory (a get brings them back).
+    pub spilled: bool,
+    /// In a cluster-wide list: the member holding this copy (empty otherwise).
+    pub node: String,
+    /// A cached copy pulled from another member.
+    pub cached: bool,
+}
 
 /// Objects in a page of [`Client::list`] (the store's cap,
 /// `ferroplasma_protocol::frame::MAX_LIST_PAGE`).

@@ -302,6 +302,7 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
         request::Body::Contains(pb::Contains {
             object_ids: vec![1; 25],
             cluster: false,
+            deleting: false,
         }),
     );
     assert_eq!(
@@ -314,6 +315,7 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
         request::Body::Contains(pb::Contains {
             object_ids: vec![0; 20 * 100_001],
             cluster: false,
+            deleting: false,
         }),
     );
     assert_eq!(error_code(recv(&mut s)), Some(pb::ErrorCode::TooLarge));

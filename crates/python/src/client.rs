@@ -188,18 +188,29 @@ impl NativeClient {
     }
 
     /// Whether each object is sealed in the store (with `cluster`: on any
-    /// live member of its cluster).
-    #[pyo3(signature = (object_ids, cluster=false))]
+    /// live member of its cluster; with `deleting`, Plasma's answer: also
+    /// while a delete waits for the object's last reference).
+    #[pyo3(signature = (object_ids, cluster=false, deleting=false))]
     fn contains(
         &self,
         py: Python<'_>,
         object_ids: Vec<Bound<'_, PyAny>>,
         cluster: bool,
+        deleting: bool,
     ) -> PyResult<Vec<bool>> {
         let ids = oids(object_ids)?;
         // Safety: the work done detached touches no Python object (Rust data
         // only: no Py<T> captured, dropped or returned).
-        unsafe { detach(py, || self.inner.contains_in(&ids, cluster)) }.py_err()
+        unsafe {
+            detach(py, || {
+                if deleting {
+                    self.inner.contains_deleting(&ids)
+                } else {
+                    self.inner.contains_in(&ids, cluster)
+                }
+            })
+        }
+        .py_err()
     }
 
     /// Deletes objects; one of "deleted", "deferred", "not_found" per id.

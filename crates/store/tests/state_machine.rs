@@ -28,6 +28,7 @@ fn lifecycle_create_seal_get_release_delete() {
     assert_eq!(loc.offset % 64, 0);
     assert_eq!(loc.metadata_offset() % 64, 0);
     assert!(!s.contains(&id(1)), "unsealed objects are invisible");
+    assert!(!s.contains_deleting(&id(1)), "to Plasma's contains too");
     assert_eq!(s.get(b, id(1)), None);
     assert_eq!(s.seal(b, id(1), 6), Err(StoreError::NotCreator(id(1))));
     s.seal(a, id(1), 9).unwrap();
@@ -44,7 +45,12 @@ fn lifecycle_create_seal_get_release_delete() {
     assert_eq!(s.release(a, id(1)), Err(StoreError::NotHeld(id(1))));
     assert_eq!(s.delete(id(1)).0, DeleteOutcome::Deferred);
     assert!(!s.contains(&id(1)));
+    assert!(
+        s.contains_deleting(&id(1)),
+        "Plasma's: there until released"
+    );
     s.release(b, id(1)).unwrap();
+    assert!(!s.contains_deleting(&id(1)));
     assert_eq!(s.stats().objects, 0);
     assert_eq!(s.stats().used, 0);
     assert_eq!(s.delete(id(1)).0, DeleteOutcome::NotFound);

@@ -68,6 +68,15 @@ static void raw_objects(fp_client *c) {
     EXPECT(fp_delete(c, &id, 1, &st), FP_OK);
     CHECK(st == FP_DEFERRED);
     CHECK(fp_buffer_data(b)[999] == (uint8_t)(999 * 7)); /* still readable */
+    EXPECT(fp_contains(c, &id, &there), FP_OK);
+    CHECK(!there); /* being deleted */
+    EXPECT(fp_contains_deleting(c, &id, &there), FP_OK);
+    CHECK(there); /* Plasma's answer: there until the last release */
+    uint8_t digest[8] = {0}, none8[8] = {0};
+    EXPECT(fp_buffer_hash(b, digest), FP_OK);
+    CHECK(memcmp(digest, none8, 8) != 0);
+    EXPECT(fp_buffer_hash(b, NULL), FP_INVALID_ARGUMENT);
+    EXPECT(fp_buffer_hash(NULL, digest), FP_INVALID_ARGUMENT);
     fp_buffer_release(b);
     EXPECT(fp_release(c, &id), FP_NOT_HELD);
     for (int i = 0; i < 200; i++) { /* the deferred delete completes */

@@ -101,7 +101,13 @@ impl Connection {
             B::Contains(c) => {
                 let ids = parse_ids(&c.object_ids)?;
                 let sh = self.shared.lock();
-                let present = ids.iter().map(|id| sh.store.contains(id)).collect();
+                let present = if c.deleting {
+                    ids.iter()
+                        .map(|id| sh.store.contains_deleting(id))
+                        .collect()
+                } else {
+                    ids.iter().map(|id| sh.store.contains(id)).collect()
+                };
                 Ok(Some(reply::Body::Contains(pb::ContainsReply { present })))
             }
             B::Delete(d) if self.cluster.is_some() => {

@@ -46,6 +46,7 @@ fn sample_requests(ids: &[ObjectId; 3]) -> Vec<request::Body> {
         B::Contains(pb::Contains {
             object_ids: pack_ids(ids),
             cluster: false,
+            deleting: false,
         }),
         B::Create(pb::Create {
             object_id: one(2),

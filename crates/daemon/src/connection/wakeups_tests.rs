@@ -48,6 +48,7 @@ fn space_freed_during_a_flush_wakes_a_waiting_create() {
             body: Some(request::Body::Contains(pb::Contains {
                 object_ids: pack_ids(&ids),
                 cluster: false,
+                deleting: false,
             })),
         }));
     }
@@ -545,6 +546,7 @@ fn parked_creates_are_retried_only_when_room_may_have_come() {
                     body: Some(request::Body::Contains(pb::Contains {
                         object_ids: pack_ids(&[big]),
                         cluster: false,
+                        deleting: false,
                     })),
                 }))
                 .unwrap();

@@ -398,6 +398,12 @@ impl Store {
                 .is_some_and(|e| e.is_sealed() && !e.delete_pending)
     }
 
+    /// Plasma's contains: [`Store::contains`], and also true for a sealed
+    /// object whose delete waits for its last reference.
+    pub fn contains_deleting(&self, id: &ObjectId) -> bool {
+        self.is_spilled(id) || self.objects.get(id).is_some_and(|e| e.is_sealed())
+    }
+
     /// Whether the id is taken: by an object in any state, spilled included.
     pub fn exists(&self, id: &ObjectId) -> bool {
         self.objects.contains_key(id) || self.is_spilled(id)
