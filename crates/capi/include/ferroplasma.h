@@ -24,11 +24,15 @@ typedef enum fp_status {
   FP_OBJECT_EXISTS = 2,
   // No such object.
   FP_OBJECT_NOT_FOUND = 3,
-  // No room, even after evicting everything unreferenced.
+  // No room, even after evicting everything unreferenced; also an object
+  // larger than the whole store (the message says which, as Plasma's
+  // store-full error covered both).
   FP_STORE_FULL = 4,
   // The object is not in a state that allows this (e.g. sealed twice).
   FP_INVALID_STATE = 5,
-  // Larger than the store.
+  // A request larger than one message of the protocol may carry (the
+  // calls split what they send, so this means a store that allows less
+  // than this library expects).
   FP_TOO_LARGE = 6,
   // A bad argument: a NULL pointer, a bad id, sizes that do not match.
   FP_INVALID_ARGUMENT = 7,
@@ -341,8 +345,9 @@ enum fp_status fp_seal(const struct fp_client *c,
 // again.
 enum fp_status fp_abort(const struct fp_client *c, struct fp_mut_buffer *buf);
 
-// Creates, fills and seals an object in one call (one message up to 8 MiB
-// of data and metadata). No reference is kept.
+// Creates, fills and seals an object in one call (one message when data
+// and metadata fit in one, else a create, a copy and a seal). No
+// reference is kept.
 //
 // # Safety
 // `c` is a live client; `id` points to an id; `data` and `metadata` have

@@ -264,8 +264,9 @@ pub unsafe extern "C" fn fp_abort(c: *const fp_client, buf: *mut fp_mut_buffer) 
     })
 }
 
-/// Creates, fills and seals an object in one call (one message up to 8 MiB
-/// of data and metadata). No reference is kept.
+/// Creates, fills and seals an object in one call (one message when data
+/// and metadata fit in one, else a create, a copy and a seal). No
+/// reference is kept.
 ///
 /// # Safety
 /// `c` is a live client; `id` points to an id; `data` and `metadata` have

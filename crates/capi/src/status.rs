@@ -18,11 +18,15 @@ pub enum fp_status {
     FP_OBJECT_EXISTS = 2,
     /// No such object.
     FP_OBJECT_NOT_FOUND = 3,
-    /// No room, even after evicting everything unreferenced.
+    /// No room, even after evicting everything unreferenced; also an object
+    /// larger than the whole store (the message says which, as Plasma's
+    /// store-full error covered both).
     FP_STORE_FULL = 4,
     /// The object is not in a state that allows this (e.g. sealed twice).
     FP_INVALID_STATE = 5,
-    /// Larger than the store.
+    /// A request larger than one message of the protocol may carry (the
+    /// calls split what they send, so this means a store that allows less
+    /// than this library expects).
     FP_TOO_LARGE = 6,
     /// A bad argument: a NULL pointer, a bad id, sizes that do not match.
     FP_INVALID_ARGUMENT = 7,

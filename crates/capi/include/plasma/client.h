@@ -153,28 +153,85 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   }
 };
 
-/// A buffer over an object's bytes that keeps `keep` alive.
-class HeldBuffer : public Buffer {
- public:
-  HeldBuffer(const uint8_t* data, int64_t size, std::shared_ptr<void> keep)
-      : Buffer(data, size), keep_(std::move(keep)) {}
-
- private:
-  std::shared_ptr<void> keep_;
+/// A Get's data and metadata buffers, made in one allocation (the
+/// ObjectBuffer's two shared_ptrs share it), and the C library's buffer
+/// behind them: the store's reference, given back when both are gone.
+struct BufferPair {
+  explicit BufferPair(fp_buffer* held)
+      : data(fp_buffer_data(held), static_cast<int64_t>(fp_buffer_size(held))),
+        metadata(fp_buffer_metadata(held), static_cast<int64_t>(fp_buffer_metadata_size(held))),
+        held(held) {}
+  ~BufferPair() { fp_buffer_release(held); }
+  BufferPair(const BufferPair&) = delete;
+  BufferPair& operator=(const BufferPair&) = delete;
+  Buffer data;
+  Buffer metadata;
+  fp_buffer* held;
 };
 
-/// The data buffer of a Get: the object's use ends when it goes (and the
-/// metadata buffer, which keeps it).
-class ReleasingBuffer : public Buffer {
- public:
-  ReleasingBuffer(const uint8_t* data, int64_t size, std::shared_ptr<ClientState> state,
-                  const ObjectID& id)
-      : Buffer(data, size), state_(std::move(state)), id_(id) {}
-  ~ReleasingBuffer() override { (void)state_->Release(id_); }
+/// Freed blocks of the one size Get's buffers take, kept per thread for
+/// the next Get (up to 4096): a batched get of 1,000 objects then
+/// allocates nothing, where the C library's allocator would give the
+/// memory back to the kernel after each batch and fault it in again.
+struct BlockCache {
+  std::vector<void*> free;
+  size_t size = 0;
+  ~BlockCache() {
+    for (void* p : free) ::operator delete(p);
+  }
+};
 
- private:
-  std::shared_ptr<ClientState> state_;
-  ObjectID id_;
+inline BlockCache& block_cache() {
+  static thread_local BlockCache cache;
+  return cache;
+}
+
+template <class T>
+struct CachedAllocator {
+  using value_type = T;
+  CachedAllocator() = default;
+  template <class U>
+  CachedAllocator(const CachedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    BlockCache& c = block_cache();
+    if (c.size == bytes && !c.free.empty()) {
+      void* p = c.free.back();
+      c.free.pop_back();
+      return static_cast<T*>(p);
+    }
+    return static_cast<T*>(::operator new(bytes));
+  }
+  void deallocate(T* p, size_t n) {
+    const size_t bytes = n * sizeof(T);
+    BlockCache& c = block_cache();
+    if ((c.size == bytes || c.free.empty()) && c.free.size() < 4096) {
+      c.size = bytes;
+      c.free.push_back(p);
+      return;
+    }
+    ::operator delete(p);
+  }
+  template <class U>
+  bool operator==(const CachedAllocator<U>&) const {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const CachedAllocator<U>&) const {
+    return false;
+  }
+};
+
+/// The older Get's buffers: they keep the client's state (and so the
+/// object's handle) alive, and end no use.
+struct KeptPair {
+  KeptPair(fp_buffer* held, std::shared_ptr<ClientState> state)
+      : data(fp_buffer_data(held), static_cast<int64_t>(fp_buffer_size(held))),
+        metadata(fp_buffer_metadata(held), static_cast<int64_t>(fp_buffer_metadata_size(held))),
+        state(std::move(state)) {}
+  Buffer data;
+  Buffer metadata;
+  std::shared_ptr<ClientState> state;
 };
 
 /// The writable buffer Create returns. It stays writable (as Plasma's did)
@@ -286,16 +343,9 @@ class PlasmaClient {
     fp_object_id id = detail::ToC(object_id);
     const auto* d = reinterpret_cast<const uint8_t*>(data.data());
     const auto* m = reinterpret_cast<const uint8_t*>(metadata.data());
-    if (data.size() + metadata.size() <= (8u << 20) - 4096) {
-      return detail::FromC(fp_create_and_seal(impl_->client, &id, d, data.size(), m,
-                                              metadata.size()),
-                           "CreateAndSeal");
-    }
-    fp_mut_buffer* buf = nullptr;
-    ARROW_RETURN_NOT_OK(detail::FromC(
-        fp_create(impl_->client, &id, data.size(), m, metadata.size(), &buf), "CreateAndSeal"));
-    std::memcpy(fp_mut_buffer_data(buf), d, data.size());
-    return detail::FromC(fp_seal(impl_->client, buf, nullptr), "CreateAndSeal");
+    return detail::FromC(
+        fp_create_and_seal(impl_->client, &id, d, data.size(), m, metadata.size()),
+        "CreateAndSeal");
   }
 
   /// CreateAndSeal of each object in turn; stops at the first error.
@@ -318,9 +368,25 @@ class PlasmaClient {
   Status Get(const std::vector<ObjectID>& object_ids, int64_t timeout_ms,
              std::vector<ObjectBuffer>* object_buffers) {
     if (object_buffers == nullptr) return Status::Invalid("Get: object_buffers is null");
-    std::vector<ObjectBuffer> out(object_ids.size());
-    ARROW_RETURN_NOT_OK(GetImpl(object_ids.data(), static_cast<int64_t>(object_ids.size()),
-                                timeout_ms, out.data(), true));
+    // Each result holds its own reference (the C library's buffer), given
+    // back when its last buffer goes: no per-object books here.
+    std::vector<fp_object_id> ids(object_ids.size());
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = detail::ToC(object_ids[i]);
+    std::vector<fp_buffer*> got(ids.size(), nullptr);
+    {
+      std::lock_guard<std::recursive_mutex> lock(impl_->mu);
+      ARROW_RETURN_NOT_OK(impl_->Connected());
+    }
+    ARROW_RETURN_NOT_OK(detail::FromC(
+        fp_get(impl_->client, ids.data(), ids.size(), timeout_ms, got.data()), "Get"));
+    std::vector<ObjectBuffer> out(ids.size());
+    for (size_t i = 0; i < got.size(); i++) {
+      if (got[i] == nullptr) continue;
+      auto pair = std::allocate_shared<detail::BufferPair>(
+          detail::CachedAllocator<detail::BufferPair>(), got[i]);
+      out[i].data = std::shared_ptr<Buffer>(pair, &pair->data);
+      out[i].metadata = std::shared_ptr<Buffer>(pair, &pair->metadata);
+    }
     *object_buffers = std::move(out);
     return Status::OK();
   }
@@ -333,7 +399,7 @@ class PlasmaClient {
     if (num_objects > 0 && (object_ids == nullptr || object_buffers == nullptr)) {
       return Status::Invalid("Get: object_ids and object_buffers must not be null");
     }
-    return GetImpl(object_ids, num_objects, timeout_ms, object_buffers, false);
+    return GetImpl(object_ids, num_objects, timeout_ms, object_buffers);
   }
 
   /// Ends one use of the object (of Create, or of the older Get).
@@ -385,6 +451,12 @@ class PlasmaClient {
     std::lock_guard<std::recursive_mutex> lock(impl_->mu);
     auto it = impl_->objects_.find(object_id);
     if (it == impl_->objects_.end()) {
+      fp_object_id id = detail::ToC(object_id);
+      bool sealed = false;
+      if (impl_->client != nullptr && fp_contains(impl_->client, &id, &sealed) == FP_OK &&
+          sealed) {
+        return Status::Invalid("Plasma client cannot abort a sealed object");
+      }
       return MakePlasmaError(PlasmaErrorCode::PlasmaObjectNotFound,
                              "Abort() called on an object this client is not creating: " +
                                  object_id.hex());
@@ -575,8 +647,9 @@ class PlasmaClient {
   int64_t store_capacity() { return impl_->capacity; }
 
  private:
-  Status GetImpl(const ObjectID* object_ids, int64_t n, int64_t timeout_ms, ObjectBuffer* out,
-                 bool release_with_buffers) {
+  /// The older Get: each result is one more use of the object, counted
+  /// here, ended by Release.
+  Status GetImpl(const ObjectID* object_ids, int64_t n, int64_t timeout_ms, ObjectBuffer* out) {
     std::vector<fp_object_id> ask;
     std::vector<int64_t> at;
     {
@@ -607,9 +680,9 @@ class PlasmaClient {
           out[i] = ObjectBuffer();
           continue;
         }
-        auto& e = impl_->objects_[id];
-        if (e.held == nullptr) {
-          e.held = b;
+        auto& got_entry = impl_->objects_[id];
+        if (got_entry.held == nullptr) {
+          got_entry.held = b;
         } else {
           fp_buffer_release(b);  // the id twice in one call, or got meanwhile
         }
@@ -626,17 +699,9 @@ class PlasmaClient {
         }
       }
       e.count++;
-      const uint8_t* data = fp_buffer_data(e.held);
-      const auto size = static_cast<int64_t>(fp_buffer_size(e.held));
-      std::shared_ptr<Buffer> d;
-      if (release_with_buffers) {
-        d = std::make_shared<detail::ReleasingBuffer>(data, size, impl_, id);
-      } else {
-        d = std::make_shared<detail::HeldBuffer>(data, size, impl_);
-      }
-      out[i].data = d;
-      out[i].metadata = std::make_shared<detail::HeldBuffer>(
-          fp_buffer_metadata(e.held), static_cast<int64_t>(fp_buffer_metadata_size(e.held)), d);
+      auto pair = std::make_shared<detail::KeptPair>(e.held, impl_);
+      out[i].data = std::shared_ptr<Buffer>(pair, &pair->data);
+      out[i].metadata = std::shared_ptr<Buffer>(pair, &pair->metadata);
       out[i].device_num = 0;
     }
     return Status::OK();

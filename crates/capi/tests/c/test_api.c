@@ -198,8 +198,21 @@ static void bad_input(fp_client *c) {
     uint64_t cap = 0;
     EXPECT(fp_capacity(c, &cap), FP_OK);
     fp_mut_buffer *mb = NULL;
-    fp_status big = fp_create(c, &id, cap * 2, NULL, 0, &mb);
-    CHECK(big == FP_TOO_LARGE || big == FP_STORE_FULL);
+    /* Larger than the whole store: FP_STORE_FULL, with a message that says
+       so (as the header documents), however large. */
+    uint64_t sizes[] = {cap * 2, (uint64_t)1 << 40, UINT64_MAX};
+    for (int i = 0; i < 3; i++) {
+        EXPECT(fp_create(c, &id, sizes[i], NULL, 0, &mb), FP_STORE_FULL);
+        CHECK(strstr(fp_last_error(), "more than the whole store") != NULL);
+    }
+    /* More than one message carries: created and sealed all the same. */
+    static uint8_t nine_mib[9 << 20];
+    EXPECT(fp_create_and_seal(c, &id, nine_mib, sizeof(nine_mib), NULL, 0), FP_OK);
+    EXPECT(fp_delete(c, &id, 1, NULL), FP_OK);
+    fp_object_id parsed;
+    EXPECT(fp_object_id_from_hex("zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz", &parsed),
+           FP_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "40 hex digits") != NULL);
     fp_mut_buffer *half = NULL;
     fp_object_id a = fp_object_id_random(), b = fp_object_id_random();
     EXPECT(fp_create(c, &a, cap * 6 / 10, NULL, 0, &half), FP_OK);
