@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Freed handles a thread keeps before giving their memory back.
+#define QUARANTINE 4096
+
 // Most dimensions of an array (numpy's limit).
 #define FP_MAX_DIMS 32
 
@@ -222,35 +225,35 @@ extern "C" {
 #endif // __cplusplus
 
 // The object's data (`fp_buffer_size` bytes), valid while the buffer
-// lives; NULL for a NULL buffer.
+// lives; NULL for a NULL or released buffer (`fp_last_error` says which).
 //
 // # Safety
-// `buf` is NULL or a live buffer from this library.
+// `buf` is NULL or a buffer from this library.
 const uint8_t *fp_buffer_data(const struct fp_buffer *buf);
 
-// Bytes of data (0 for a NULL buffer).
+// Bytes of data (0 for a NULL or released buffer).
 //
 // # Safety
-// `buf` is NULL or a live buffer from this library.
+// `buf` is NULL or a buffer from this library.
 uint64_t fp_buffer_size(const struct fp_buffer *buf);
 
 // The object's metadata (`fp_buffer_metadata_size` bytes), valid while
-// the buffer lives.
+// the buffer lives; NULL for a NULL or released buffer.
 //
 // # Safety
-// `buf` is NULL or a live buffer from this library.
+// `buf` is NULL or a buffer from this library.
 const uint8_t *fp_buffer_metadata(const struct fp_buffer *buf);
 
-// Bytes of metadata (0 for a NULL buffer).
+// Bytes of metadata (0 for a NULL or released buffer).
 //
 // # Safety
-// `buf` is NULL or a live buffer from this library.
+// `buf` is NULL or a buffer from this library.
 uint64_t fp_buffer_metadata_size(const struct fp_buffer *buf);
 
-// The object's id (all zeros for a NULL buffer).
+// The object's id (all zeros for a NULL or released buffer).
 //
 // # Safety
-// `buf` is NULL or a live buffer from this library.
+// `buf` is NULL or a buffer from this library.
 struct fp_object_id fp_buffer_id(const struct fp_buffer *buf);
 
 // Writes an 8-byte digest of the object (BLAKE2b with an 8-byte output,
@@ -258,34 +261,38 @@ struct fp_object_id fp_buffer_id(const struct fp_buffer *buf);
 // any store, and Python's `PlasmaClient.hash` gives the same bytes.
 //
 // # Safety
-// `buf` is NULL or a live buffer from this library; `out` is NULL or has
-// room for 8 bytes.
+// `buf` is NULL or a buffer from this library; `out` is NULL or has room
+// for 8 bytes.
 enum fp_status fp_buffer_hash(const struct fp_buffer *buf, uint8_t *out);
 
 // Gives the buffer's reference back to the store and frees the buffer.
-// NULL is ignored. After this the buffer's pointers are invalid.
+// After this the buffer's pointers are invalid. NULL is ignored
+// (`FP_OK`); a buffer released already is `FP_INVALID_ARGUMENT`.
 //
 // # Safety
-// `buf` is NULL or a live buffer from this library, released only once.
-void fp_buffer_release(struct fp_buffer *buf);
+// `buf` is NULL or a buffer from this library.
+enum fp_status fp_buffer_release(struct fp_buffer *buf);
 
 // The writable data of an object being created (`fp_mut_buffer_size`
-// bytes), valid until it is sealed or aborted.
+// bytes), valid until it is sealed or aborted; NULL for a NULL buffer or
+// one sealed or aborted already.
 //
 // # Safety
-// `buf` is NULL or a live buffer from `fp_create`.
+// `buf` is NULL or a buffer from `fp_create`, used from one thread.
 uint8_t *fp_mut_buffer_data(struct fp_mut_buffer *buf);
 
-// Bytes of data of an object being created.
+// Bytes of data of an object being created (0 for a NULL buffer or one
+// sealed or aborted already).
 //
 // # Safety
-// `buf` is NULL or a live buffer from `fp_create`.
+// `buf` is NULL or a buffer from `fp_create`.
 uint64_t fp_mut_buffer_size(const struct fp_mut_buffer *buf);
 
-// The id of an object being created.
+// The id of an object being created (zeros for a NULL buffer or one
+// sealed or aborted already).
 //
 // # Safety
-// `buf` is NULL or a live buffer from `fp_create`.
+// `buf` is NULL or a buffer from `fp_create`.
 struct fp_object_id fp_mut_buffer_id(const struct fp_mut_buffer *buf);
 
 // Connects to the store at `socket_path` (NULL: `$FERROPLASMA_SOCKET`,
@@ -295,12 +302,13 @@ struct fp_object_id fp_mut_buffer_id(const struct fp_mut_buffer *buf);
 // `socket_path` is NULL or a NUL-terminated string; `out` is writable.
 enum fp_status fp_connect(const char *socket_path, struct fp_client **out);
 
-// Closes the connection and frees the client (NULL is ignored).
-// Buffers made through it stay valid until released.
+// Closes the connection and frees the client. Buffers made through it
+// stay valid until released. NULL is ignored (`FP_OK`); a client
+// disconnected already is `FP_INVALID_ARGUMENT`, and so is any call on it.
 //
 // # Safety
-// `c` is NULL or a live client, not used again after this.
-void fp_disconnect(struct fp_client *c);
+// `c` is NULL or a client from `fp_connect`.
+enum fp_status fp_disconnect(struct fp_client *c);
 
 // Bytes of memory of the store.
 //
@@ -325,24 +333,25 @@ enum fp_status fp_create(const struct fp_client *c,
                          struct fp_mut_buffer **out);
 
 // Seals the object being created: it becomes immutable and visible to
-// every client. Frees `buf` whatever happens. With `out` not NULL, `*out`
-// becomes a read-only buffer of the sealed object (holding a reference;
-// release it with `fp_buffer_release`); with `out` NULL the creator's
-// reference is given back now.
+// every client. Frees `buf` whatever happens (a buffer sealed or aborted
+// already is `FP_INVALID_ARGUMENT`). With `out` not NULL, `*out` becomes a
+// read-only buffer of the sealed object (holding a reference; release it
+// with `fp_buffer_release`); with `out` NULL the creator's reference is
+// given back now.
 //
 // # Safety
-// `c` is a live client; `buf` is a live buffer from `fp_create`, not
-// used again; `out` is NULL or writable.
+// `c` is a client; `buf` is a buffer from `fp_create`; `out` is NULL or
+// writable.
 enum fp_status fp_seal(const struct fp_client *c,
                        struct fp_mut_buffer *buf,
                        struct fp_buffer **out);
 
 // Discards the object being created (its id becomes free again). Frees
-// `buf` whatever happens.
+// `buf` whatever happens (one sealed or aborted already is
+// `FP_INVALID_ARGUMENT`).
 //
 // # Safety
-// `c` is a live client; `buf` is a live buffer from `fp_create`, not used
-// again.
+// `c` is a client; `buf` is a buffer from `fp_create`.
 enum fp_status fp_abort(const struct fp_client *c, struct fp_mut_buffer *buf);
 
 // Creates, fills and seals an object in one call (one message when data
@@ -513,11 +522,12 @@ enum fp_status fp_subscription_next(struct fp_subscription *sub,
 // `sub` is NULL or a live subscription.
 int32_t fp_subscription_fd(const struct fp_subscription *sub);
 
-// Closes the subscription and frees it (NULL is ignored).
+// Closes the subscription and frees it. NULL is ignored (`FP_OK`); one
+// closed already is `FP_INVALID_ARGUMENT`.
 //
 // # Safety
-// `sub` is NULL or a live subscription, not used again.
-void fp_subscription_close(struct fp_subscription *sub);
+// `sub` is NULL or a subscription from `fp_subscribe`.
+enum fp_status fp_subscription_close(struct fp_subscription *sub);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -28,6 +28,10 @@ class Status {
   Status() = default;
   Status(fp_status code, std::string message) : code_(code), message_(std::move(message)) {}
   static Status OK() { return Status(); }
+  /// A bad argument the wrapper caught before calling the library.
+  static Status Invalid(std::string message) {
+    return Status(FP_INVALID_ARGUMENT, std::move(message));
+  }
   /// The status of the C call that just returned `code` on this thread.
   static Status FromC(fp_status code) {
     return code == FP_OK ? Status() : Status(code, fp_last_error());
@@ -128,6 +132,8 @@ class PlasmaClient {
   /// Creates an object; `*data` is its writable buffer until Seal or Abort.
   Status Create(const ObjectID& object_id, int64_t data_size, const uint8_t* metadata,
                 int64_t metadata_size, std::shared_ptr<Buffer>* data, int = 0) {
+    if (data == nullptr) return Status::Invalid("Create: data is null");
+    if (data_size < 0 || metadata_size < 0) return Status::Invalid("Create: negative size");
     fp_mut_buffer* mb = nullptr;
     fp_status s = fp_create(client_, &object_id.c_id(), static_cast<uint64_t>(data_size),
                             metadata, static_cast<size_t>(metadata_size), &mb);
@@ -175,6 +181,7 @@ class PlasmaClient {
   /// sealed yet; an object not available in time has null data.
   Status Get(const std::vector<ObjectID>& object_ids, int64_t timeout_ms,
              std::vector<ObjectBuffer>* object_buffers) {
+    if (object_buffers == nullptr) return Status::Invalid("Get: object_buffers is null");
     std::vector<fp_object_id> ids;
     ids.reserve(object_ids.size());
     for (const auto& o : object_ids) ids.push_back(o.c_id());
@@ -217,6 +224,7 @@ class PlasmaClient {
 
   /// Evicts unreferenced objects until at least `num_bytes` are freed.
   Status Evict(int64_t num_bytes, int64_t& num_bytes_evicted) {
+    if (num_bytes < 0) return Status::Invalid("Evict: negative num_bytes");
     uint64_t freed = 0;
     fp_status s = fp_evict(client_, static_cast<uint64_t>(num_bytes), &freed, nullptr);
     num_bytes_evicted = static_cast<int64_t>(freed);
@@ -226,6 +234,7 @@ class PlasmaClient {
   /// Subscribes to sealed and deleted objects; `*fd` becomes readable when
   /// an event waits. Read events with GetNotification.
   Status Subscribe(int* fd) {
+    if (fd == nullptr) return Status::Invalid("Subscribe: fd is null");
     fp_subscription* sub = nullptr;
     fp_status s = fp_subscribe(client_, false, &sub);
     if (s != FP_OK) return Status::FromC(s);
@@ -239,6 +248,9 @@ class PlasmaClient {
   /// reports sizes of -1, as Plasma did.
   Status GetNotification(int fd, ObjectID* object_id, int64_t* data_size,
                          int64_t* metadata_size) {
+    if (object_id == nullptr || data_size == nullptr || metadata_size == nullptr) {
+      return Status::Invalid("GetNotification: the outputs must not be null");
+    }
     fp_subscription* sub = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -1,8 +1,10 @@
 //! Buffers: a sealed object's bytes (`fp_buffer`, read-only, holding a
 //! reference to the object) and an object being created (`fp_mut_buffer`).
+//! Both are handles (`handle.rs`): a freed one is reported, not read.
 
+use crate::handle::{self, Handle, Kind};
 use crate::id::fp_object_id;
-use crate::status::{fp_status, guard, invalid};
+use crate::status::{fp_status, guard, invalid, noted};
 use ferroplasma_client::{MutableBuffer, ObjectBuffer};
 
 /// A sealed object's bytes in the store's shared memory, read-only. While
@@ -10,7 +12,18 @@ use ferroplasma_client::{MutableBuffer, ObjectBuffer};
 /// Made by `fp_get` (or `fp_seal`); freed by `fp_buffer_release`, once.
 #[derive(Debug)]
 pub struct fp_buffer {
-    pub(crate) inner: ObjectBuffer,
+    h: Handle<ObjectBuffer>,
+}
+
+impl Kind for fp_buffer {
+    type Value = ObjectBuffer;
+    const WHAT: &'static str = "the buffer";
+    fn handle(&self) -> &Handle<ObjectBuffer> {
+        &self.h
+    }
+    fn wrap(h: Handle<ObjectBuffer>) -> Self {
+        Self { h }
+    }
 }
 
 /// An object being created: its bytes are writable until it is sealed or
@@ -18,65 +31,80 @@ pub struct fp_buffer {
 /// `fp_abort`, which free it whatever they return.
 #[derive(Debug)]
 pub struct fp_mut_buffer {
-    pub(crate) inner: MutableBuffer,
+    h: Handle<MutableBuffer>,
+}
+
+impl Kind for fp_mut_buffer {
+    type Value = MutableBuffer;
+    const WHAT: &'static str = "the buffer being created";
+    fn handle(&self) -> &Handle<MutableBuffer> {
+        &self.h
+    }
+    fn wrap(h: Handle<MutableBuffer>) -> Self {
+        Self { h }
+    }
 }
 
 /// The object's data (`fp_buffer_size` bytes), valid while the buffer
-/// lives; NULL for a NULL buffer.
+/// lives; NULL for a NULL or released buffer (`fp_last_error` says which).
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from this library.
+/// `buf` is NULL or a buffer from this library.
 #[no_mangle]
 pub unsafe extern "C" fn fp_buffer_data(buf: *const fp_buffer) -> *const u8 {
-    // Safety: NULL or live (the caller's promise).
-    match unsafe { buf.as_ref() } {
-        Some(b) => b.inner.data().as_ptr(),
-        None => std::ptr::null(),
-    }
+    noted(
+        handle::value(buf, "fp_buffer_data").map(|b| b.data().as_ptr()),
+        std::ptr::null(),
+    )
 }
 
-/// Bytes of data (0 for a NULL buffer).
+/// Bytes of data (0 for a NULL or released buffer).
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from this library.
+/// `buf` is NULL or a buffer from this library.
 #[no_mangle]
 pub unsafe extern "C" fn fp_buffer_size(buf: *const fp_buffer) -> u64 {
-    // Safety: NULL or live (the caller's promise).
-    unsafe { buf.as_ref() }.map_or(0, |b| b.inner.data().len() as u64)
+    noted(
+        handle::value(buf, "fp_buffer_size").map(|b| b.data().len() as u64),
+        0,
+    )
 }
 
 /// The object's metadata (`fp_buffer_metadata_size` bytes), valid while
-/// the buffer lives.
+/// the buffer lives; NULL for a NULL or released buffer.
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from this library.
+/// `buf` is NULL or a buffer from this library.
 #[no_mangle]
 pub unsafe extern "C" fn fp_buffer_metadata(buf: *const fp_buffer) -> *const u8 {
-    // Safety: NULL or live (the caller's promise).
-    match unsafe { buf.as_ref() } {
-        Some(b) => b.inner.metadata().as_ptr(),
-        None => std::ptr::null(),
-    }
+    noted(
+        handle::value(buf, "fp_buffer_metadata").map(|b| b.metadata().as_ptr()),
+        std::ptr::null(),
+    )
 }
 
-/// Bytes of metadata (0 for a NULL buffer).
+/// Bytes of metadata (0 for a NULL or released buffer).
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from this library.
+/// `buf` is NULL or a buffer from this library.
 #[no_mangle]
 pub unsafe extern "C" fn fp_buffer_metadata_size(buf: *const fp_buffer) -> u64 {
-    // Safety: NULL or live (the caller's promise).
-    unsafe { buf.as_ref() }.map_or(0, |b| b.inner.metadata().len() as u64)
+    noted(
+        handle::value(buf, "fp_buffer_metadata_size").map(|b| b.metadata().len() as u64),
+        0,
+    )
 }
 
-/// The object's id (all zeros for a NULL buffer).
+/// The object's id (all zeros for a NULL or released buffer).
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from this library.
+/// `buf` is NULL or a buffer from this library.
 #[no_mangle]
 pub unsafe extern "C" fn fp_buffer_id(buf: *const fp_buffer) -> fp_object_id {
-    // Safety: NULL or live (the caller's promise).
-    unsafe { buf.as_ref() }.map_or(fp_object_id { bytes: [0; 20] }, |b| b.inner.id().into())
+    noted(
+        handle::value(buf, "fp_buffer_id").map(|b| b.id().into()),
+        fp_object_id { bytes: [0; 20] },
+    )
 }
 
 /// Writes an 8-byte digest of the object (BLAKE2b with an 8-byte output,
@@ -84,19 +112,16 @@ pub unsafe extern "C" fn fp_buffer_id(buf: *const fp_buffer) -> fp_object_id {
 /// any store, and Python's `PlasmaClient.hash` gives the same bytes.
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from this library; `out` is NULL or has
-/// room for 8 bytes.
+/// `buf` is NULL or a buffer from this library; `out` is NULL or has room
+/// for 8 bytes.
 #[no_mangle]
 pub unsafe extern "C" fn fp_buffer_hash(buf: *const fp_buffer, out: *mut u8) -> fp_status {
     guard(|| {
-        // Safety: NULL or live (the caller's promise).
-        let Some(b) = (unsafe { buf.as_ref() }) else {
-            return Err(invalid("fp_buffer_hash: the buffer is NULL"));
-        };
+        let b = handle::value(buf, "fp_buffer_hash")?;
         if out.is_null() {
             return Err(invalid("fp_buffer_hash: out is NULL"));
         }
-        let digest = digest(b.inner.data(), b.inner.metadata());
+        let digest = digest(b.data(), b.metadata());
         // Safety: `out` has room for 8 bytes (the caller's promise).
         unsafe { std::ptr::copy_nonoverlapping(digest.as_ptr(), out, digest.len()) };
         Ok(())
@@ -117,50 +142,60 @@ fn digest(data: &[u8], metadata: &[u8]) -> [u8; 8] {
 }
 
 /// Gives the buffer's reference back to the store and frees the buffer.
-/// NULL is ignored. After this the buffer's pointers are invalid.
+/// After this the buffer's pointers are invalid. NULL is ignored
+/// (`FP_OK`); a buffer released already is `FP_INVALID_ARGUMENT`.
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from this library, released only once.
+/// `buf` is NULL or a buffer from this library.
 #[no_mangle]
-pub unsafe extern "C" fn fp_buffer_release(buf: *mut fp_buffer) {
-    if !buf.is_null() {
-        // Safety: made by Box::into_raw in this library, released once.
-        drop(unsafe { Box::from_raw(buf) });
+pub unsafe extern "C" fn fp_buffer_release(buf: *mut fp_buffer) -> fp_status {
+    if buf.is_null() {
+        return fp_status::FP_OK;
+    }
+    match handle::drop_value(buf, "fp_buffer_release") {
+        Ok(()) => fp_status::FP_OK,
+        Err(e) => noted(Err(e), fp_status::FP_INVALID_ARGUMENT),
     }
 }
 
 /// The writable data of an object being created (`fp_mut_buffer_size`
-/// bytes), valid until it is sealed or aborted.
+/// bytes), valid until it is sealed or aborted; NULL for a NULL buffer or
+/// one sealed or aborted already.
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from `fp_create`.
+/// `buf` is NULL or a buffer from `fp_create`, used from one thread.
 #[no_mangle]
 pub unsafe extern "C" fn fp_mut_buffer_data(buf: *mut fp_mut_buffer) -> *mut u8 {
-    // Safety: NULL or live (the caller's promise).
-    match unsafe { buf.as_mut() } {
-        Some(b) => b.inner.as_mut_ptr(),
-        None => std::ptr::null_mut(),
-    }
+    noted(
+        handle::value_mut(buf, "fp_mut_buffer_data").map(|b| b.as_mut_ptr()),
+        std::ptr::null_mut(),
+    )
 }
 
-/// Bytes of data of an object being created.
+/// Bytes of data of an object being created (0 for a NULL buffer or one
+/// sealed or aborted already).
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from `fp_create`.
+/// `buf` is NULL or a buffer from `fp_create`.
 #[no_mangle]
 pub unsafe extern "C" fn fp_mut_buffer_size(buf: *const fp_mut_buffer) -> u64 {
-    // Safety: NULL or live (the caller's promise).
-    unsafe { buf.as_ref() }.map_or(0, |b| b.inner.len() as u64)
+    noted(
+        handle::value(buf, "fp_mut_buffer_size").map(|b| b.len() as u64),
+        0,
+    )
 }
 
-/// The id of an object being created.
+/// The id of an object being created (zeros for a NULL buffer or one
+/// sealed or aborted already).
 ///
 /// # Safety
-/// `buf` is NULL or a live buffer from `fp_create`.
+/// `buf` is NULL or a buffer from `fp_create`.
 #[no_mangle]
 pub unsafe extern "C" fn fp_mut_buffer_id(buf: *const fp_mut_buffer) -> fp_object_id {
-    // Safety: NULL or live (the caller's promise).
-    unsafe { buf.as_ref() }.map_or(fp_object_id { bytes: [0; 20] }, |b| b.inner.id().into())
+    noted(
+        handle::value(buf, "fp_mut_buffer_id").map(|b| b.id().into()),
+        fp_object_id { bytes: [0; 20] },
+    )
 }
 
 #[cfg(test)]

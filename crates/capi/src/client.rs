@@ -1,6 +1,7 @@
 //! A connection to a store, and the operations on objects.
 
 use crate::buffer::{fp_buffer, fp_mut_buffer};
+use crate::handle::{self, Handle, Kind};
 use crate::id::fp_object_id;
 use crate::status::{fp_status, guard, invalid, CapiError};
 use ferroplasma_client::{Client, DeleteStatus, ObjectId};
@@ -13,7 +14,18 @@ use std::time::Duration;
 /// which buffers made through it stay valid until released.
 #[derive(Debug)]
 pub struct fp_client {
-    pub(crate) inner: Client,
+    h: Handle<Client>,
+}
+
+impl Kind for fp_client {
+    type Value = Client;
+    const WHAT: &'static str = "the client";
+    fn handle(&self) -> &Handle<Client> {
+        &self.h
+    }
+    fn wrap(h: Handle<Client>) -> Self {
+        Self { h }
+    }
 }
 
 /// What `fp_delete` did with one id.
@@ -72,12 +84,10 @@ pub struct fp_stats {
     pub evicted_bytes: u64,
 }
 
-/// The client behind a handle, or an error naming the call.
-fn client<'a>(c: *const fp_client, call: &str) -> Result<&'a Client, CapiError> {
-    // Safety: NULL or a live client (every function's documented promise).
-    unsafe { c.as_ref() }
-        .map(|c| &c.inner)
-        .ok_or_else(|| invalid(format!("{call}: the client is NULL")))
+/// The client behind a handle, or an error naming the call (NULL, or
+/// disconnected already).
+pub(crate) fn client<'a>(c: *const fp_client, call: &str) -> Result<&'a Client, CapiError> {
+    handle::value(c, call)
 }
 
 /// Writes `value` to `out`, which must not be NULL.
@@ -143,26 +153,28 @@ pub unsafe extern "C" fn fp_connect(
                     .map_err(|_| invalid("the socket path is not UTF-8"))?,
             ))
         };
+        if out.is_null() {
+            return Err(invalid("fp_connect: the output pointer is NULL"));
+        }
         let inner = Client::connect(path.as_deref())?;
-        put(
-            out,
-            Box::into_raw(Box::new(fp_client { inner })),
-            "fp_connect",
-        )
+        put(out, handle::make::<fp_client>(inner), "fp_connect")
     })
 }
 
-/// Closes the connection and frees the client (NULL is ignored).
-/// Buffers made through it stay valid until released.
+/// Closes the connection and frees the client. Buffers made through it
+/// stay valid until released. NULL is ignored (`FP_OK`); a client
+/// disconnected already is `FP_INVALID_ARGUMENT`, and so is any call on it.
 ///
 /// # Safety
-/// `c` is NULL or a live client, not used again after this.
+/// `c` is NULL or a client from `fp_connect`.
 #[no_mangle]
-pub unsafe extern "C" fn fp_disconnect(c: *mut fp_client) {
-    if !c.is_null() {
-        // Safety: made by Box::into_raw in fp_connect, freed once.
-        drop(unsafe { Box::from_raw(c) });
-    }
+pub unsafe extern "C" fn fp_disconnect(c: *mut fp_client) -> fp_status {
+    guard(|| {
+        if !c.is_null() {
+            drop(handle::free(c, "fp_disconnect")?);
+        }
+        Ok(())
+    })
 }
 
 /// Bytes of memory of the store.
@@ -202,23 +214,20 @@ pub unsafe extern "C" fn fp_create(
             return Err(invalid("fp_create: out is NULL"));
         }
         let inner = cl.create(ObjectId::from(*id), data_size, meta)?;
-        put(
-            out,
-            Box::into_raw(Box::new(fp_mut_buffer { inner })),
-            "fp_create",
-        )
+        put(out, handle::make::<fp_mut_buffer>(inner), "fp_create")
     })
 }
 
 /// Seals the object being created: it becomes immutable and visible to
-/// every client. Frees `buf` whatever happens. With `out` not NULL, `*out`
-/// becomes a read-only buffer of the sealed object (holding a reference;
-/// release it with `fp_buffer_release`); with `out` NULL the creator's
-/// reference is given back now.
+/// every client. Frees `buf` whatever happens (a buffer sealed or aborted
+/// already is `FP_INVALID_ARGUMENT`). With `out` not NULL, `*out` becomes a
+/// read-only buffer of the sealed object (holding a reference; release it
+/// with `fp_buffer_release`); with `out` NULL the creator's reference is
+/// given back now.
 ///
 /// # Safety
-/// `c` is a live client; `buf` is a live buffer from `fp_create`, not
-/// used again; `out` is NULL or writable.
+/// `c` is a client; `buf` is a buffer from `fp_create`; `out` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn fp_seal(
     c: *const fp_client,
@@ -226,40 +235,28 @@ pub unsafe extern "C" fn fp_seal(
     out: *mut *mut fp_buffer,
 ) -> fp_status {
     guard(|| {
-        if buf.is_null() {
-            return Err(invalid("fp_seal: the buffer is NULL"));
-        }
-        // Safety: made by Box::into_raw in fp_create, consumed once.
-        let b = unsafe { Box::from_raw(buf) };
+        let b = handle::free(buf, "fp_seal")?;
         let cl = client(c, "fp_seal")?;
-        let sealed = cl.seal(b.inner)?;
+        let sealed = cl.seal(b)?;
         if out.is_null() {
             drop(sealed);
             return Ok(());
         }
-        put(
-            out,
-            Box::into_raw(Box::new(fp_buffer { inner: sealed })),
-            "fp_seal",
-        )
+        put(out, handle::make::<fp_buffer>(sealed), "fp_seal")
     })
 }
 
 /// Discards the object being created (its id becomes free again). Frees
-/// `buf` whatever happens.
+/// `buf` whatever happens (one sealed or aborted already is
+/// `FP_INVALID_ARGUMENT`).
 ///
 /// # Safety
-/// `c` is a live client; `buf` is a live buffer from `fp_create`, not used
-/// again.
+/// `c` is a client; `buf` is a buffer from `fp_create`.
 #[no_mangle]
 pub unsafe extern "C" fn fp_abort(c: *const fp_client, buf: *mut fp_mut_buffer) -> fp_status {
     guard(|| {
-        if buf.is_null() {
-            return Err(invalid("fp_abort: the buffer is NULL"));
-        }
-        // Safety: made by Box::into_raw in fp_create, consumed once.
-        let b = unsafe { Box::from_raw(buf) };
-        client(c, "fp_abort")?.abort(b.inner)?;
+        let b = handle::free(buf, "fp_abort")?;
+        client(c, "fp_abort")?.abort(b)?;
         Ok(())
     })
 }
@@ -319,9 +316,7 @@ pub unsafe extern "C" fn fp_get(
         }
         let got = cl.get(&ids, timeout(timeout_ms))?;
         for (i, b) in got.into_iter().enumerate() {
-            let p = b.map_or(std::ptr::null_mut(), |inner| {
-                Box::into_raw(Box::new(fp_buffer { inner }))
-            });
+            let p = b.map_or(std::ptr::null_mut(), handle::make::<fp_buffer>);
             // Safety: `out` has room for `n` pointers, i < n.
             unsafe { out.add(i).write(p) };
         }

@@ -240,10 +240,7 @@ pub unsafe extern "C" fn fp_ndarray_info(buf: *const fp_buffer, out: *mut fp_nda
 }
 
 fn data_of<'a>(buf: *const fp_buffer, call: &str) -> Result<&'a [u8], CapiError> {
-    // Safety: NULL or a live buffer (the caller's promise).
-    unsafe { buf.as_ref() }
-        .map(|b| b.inner.data())
-        .ok_or_else(|| invalid(format!("{call}: the buffer is NULL")))
+    crate::handle::value(buf, call).map(|b| b.data())
 }
 
 /// Reads the layout of the object in `buf` into `*out`. Objects without

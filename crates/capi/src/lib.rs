@@ -4,9 +4,11 @@
 //! message of the last failed call on the calling thread is
 //! `fp_last_error()`. No panic crosses the boundary (it becomes
 //! `FP_PANIC`). Handles are opaque pointers, each freed by exactly one call
-//! named in its documentation. `include/ferroplasma.h` is generated from
-//! this crate by cbindgen; docs/languages.md explains ownership and threads
-//! and shows complete C, C++ and Go programs.
+//! named in its documentation; a handle used after it was freed (within
+//! the last 4,096 frees of its kind) gets `FP_INVALID_ARGUMENT`.
+//! `include/ferroplasma.h` is generated from this crate by cbindgen;
+//! docs/languages.md explains ownership and threads and shows complete C,
+//! C++ and Go programs.
 //!
 //! Module map:
 //! - [`status`] — status codes, the per-thread error message, the guard
@@ -15,6 +17,8 @@
 //! - [`client`] — connect and disconnect; create, seal, abort, get,
 //!   release, contains, delete, evict, list and stats.
 //! - [`buffer`] — what a buffer exposes: its bytes, metadata and id.
+//! - `handle` — the handles C code holds (clients, buffers, subscriptions):
+//!   each knows whether it was freed, so misuse gets a status.
 //! - [`layout`] — how an object Python stored is laid out (its kind and
 //!   parts), so C reads numpy and Arrow data in place.
 //! - [`subscription`] — notifications of sealed and deleted objects.
@@ -23,6 +27,7 @@
 
 pub mod buffer;
 pub mod client;
+mod handle;
 pub mod id;
 pub mod layout;
 pub mod status;

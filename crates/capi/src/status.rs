@@ -117,6 +117,15 @@ fn remember(message: String) {
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
 }
 
+/// The value of `r`, or `default` with the error remembered for
+/// `fp_last_error()` (for calls that return a value, not a status).
+pub(crate) fn noted<T>(r: Result<T, CapiError>, default: T) -> T {
+    r.unwrap_or_else(|e| {
+        remember(e.to_string());
+        default
+    })
+}
+
 /// Runs `f`, turning its error or panic into a status code and remembering
 /// the message for `fp_last_error()`.
 pub(crate) fn guard(f: impl FnOnce() -> Result<(), CapiError>) -> fp_status {

@@ -1,8 +1,9 @@
 //! Notifications: each object sealed or deleted in the store, in order.
 
-use crate::client::fp_client;
+use crate::client::{client, fp_client};
+use crate::handle::{self, Handle, Kind};
 use crate::id::fp_object_id;
-use crate::status::{fp_status, guard, invalid, CapiError};
+use crate::status::{fp_status, guard, invalid, noted, CapiError};
 use ferroplasma_client::{EventKind, Subscription};
 use std::time::Duration;
 
@@ -10,7 +11,18 @@ use std::time::Duration;
 /// by `fp_subscription_close`. Use it from one thread at a time.
 #[derive(Debug)]
 pub struct fp_subscription {
-    inner: Subscription,
+    h: Handle<Subscription>,
+}
+
+impl Kind for fp_subscription {
+    type Value = Subscription;
+    const WHAT: &'static str = "the subscription";
+    fn handle(&self) -> &Handle<Subscription> {
+        &self.h
+    }
+    fn wrap(h: Handle<Subscription>) -> Self {
+        Self { h }
+    }
 }
 
 /// What happened to an object.
@@ -50,17 +62,13 @@ pub unsafe extern "C" fn fp_subscribe(
     out: *mut *mut fp_subscription,
 ) -> fp_status {
     guard(|| {
-        // Safety: NULL or a live client (the caller's promise).
-        let cl =
-            unsafe { c.as_ref() }.ok_or_else(|| invalid("fp_subscribe: the client is NULL"))?;
+        let cl = client(c, "fp_subscribe")?;
         if out.is_null() {
             return Err(invalid("fp_subscribe: out is NULL"));
         }
-        let inner = cl
-            .inner
-            .subscribe_with(ferroplasma_client::EventFraming::default(), existing)?;
+        let inner = cl.subscribe_with(ferroplasma_client::EventFraming::default(), existing)?;
         // Safety: not NULL, writable (the caller's promise).
-        unsafe { out.write(Box::into_raw(Box::new(fp_subscription { inner }))) };
+        unsafe { out.write(handle::make::<fp_subscription>(inner)) };
         Ok(())
     })
 }
@@ -77,17 +85,14 @@ pub unsafe extern "C" fn fp_subscription_next(
     out: *mut fp_event,
 ) -> fp_status {
     guard(|| {
-        // Safety: NULL or live, used from one thread (the caller's promise).
-        let s = unsafe { sub.as_mut() }
-            .ok_or_else(|| invalid("fp_subscription_next: the subscription is NULL"))?;
+        let s = handle::value_mut(sub, "fp_subscription_next")?;
         if out.is_null() {
             return Err(invalid("fp_subscription_next: out is NULL"));
         }
         let event = if timeout_ms < 0 {
-            s.inner.next_event()?
+            s.next_event()?
         } else {
-            s.inner
-                .next_timeout(Duration::from_millis(timeout_ms as u64))?
+            s.next_timeout(Duration::from_millis(timeout_ms as u64))?
                 .ok_or_else(|| CapiError::Timeout(format!("no event within {timeout_ms} ms")))?
         };
         let e = fp_event {
@@ -112,18 +117,23 @@ pub unsafe extern "C" fn fp_subscription_next(
 /// `sub` is NULL or a live subscription.
 #[no_mangle]
 pub unsafe extern "C" fn fp_subscription_fd(sub: *const fp_subscription) -> i32 {
-    // Safety: NULL or live (the caller's promise).
-    unsafe { sub.as_ref() }.map_or(-1, |s| s.inner.as_raw_fd())
+    noted(
+        handle::value(sub, "fp_subscription_fd").map(|s| s.as_raw_fd()),
+        -1,
+    )
 }
 
-/// Closes the subscription and frees it (NULL is ignored).
+/// Closes the subscription and frees it. NULL is ignored (`FP_OK`); one
+/// closed already is `FP_INVALID_ARGUMENT`.
 ///
 /// # Safety
-/// `sub` is NULL or a live subscription, not used again.
+/// `sub` is NULL or a subscription from `fp_subscribe`.
 #[no_mangle]
-pub unsafe extern "C" fn fp_subscription_close(sub: *mut fp_subscription) {
-    if !sub.is_null() {
-        // Safety: made by Box::into_raw in fp_subscribe, freed once.
-        drop(unsafe { Box::from_raw(sub) });
-    }
+pub unsafe extern "C" fn fp_subscription_close(sub: *mut fp_subscription) -> fp_status {
+    guard(|| {
+        if !sub.is_null() {
+            drop(handle::free(sub, "fp_subscription_close")?);
+        }
+        Ok(())
+    })
 }

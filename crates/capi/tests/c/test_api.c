@@ -222,6 +222,39 @@ static void bad_input(fp_client *c) {
     CHECK(strcmp(fp_status_name(FP_STORE_FULL), "FP_STORE_FULL") == 0);
 }
 
+/* Handles used after they were freed get a status, not freed memory. */
+static void misuse(fp_client *c) {
+    fp_object_id id = fp_object_id_random();
+    fp_mut_buffer *mb = NULL;
+    EXPECT(fp_create(c, &id, 10, NULL, 0, &mb), FP_OK);
+    fp_buffer *b = NULL;
+    EXPECT(fp_seal(c, mb, &b), FP_OK);
+    EXPECT(fp_seal(c, mb, NULL), FP_INVALID_ARGUMENT); /* sealed twice */
+    CHECK(strstr(fp_last_error(), "freed already") != NULL);
+    EXPECT(fp_abort(c, mb), FP_INVALID_ARGUMENT);      /* aborted after its seal */
+    CHECK(fp_mut_buffer_data(mb) == NULL && fp_mut_buffer_size(mb) == 0);
+    EXPECT(fp_buffer_release(b), FP_OK);
+    EXPECT(fp_buffer_release(b), FP_INVALID_ARGUMENT); /* released twice */
+    CHECK(fp_buffer_size(b) == 0 && fp_buffer_data(b) == NULL);
+    CHECK(strstr(fp_last_error(), "freed already") != NULL);
+    uint8_t digest[8];
+    EXPECT(fp_buffer_hash(b, digest), FP_INVALID_ARGUMENT);
+    fp_layout l;
+    EXPECT(fp_object_layout(b, &l), FP_INVALID_ARGUMENT);
+    EXPECT(fp_buffer_release(NULL), FP_OK);
+
+    fp_subscription *sub = NULL;
+    EXPECT(fp_subscribe(c, false, &sub), FP_OK);
+    EXPECT(fp_subscription_close(sub), FP_OK);
+    EXPECT(fp_subscription_close(sub), FP_INVALID_ARGUMENT);
+    CHECK(fp_subscription_fd(sub) == -1);
+    fp_event ev;
+    EXPECT(fp_subscription_next(sub, 0, &ev), FP_INVALID_ARGUMENT);
+
+    EXPECT(fp_create(c, &id, 10, NULL, 0, NULL), FP_INVALID_ARGUMENT);
+    EXPECT(fp_get(c, &id, 1, 0, NULL), FP_INVALID_ARGUMENT);
+}
+
 static int hold(fp_client *c, const char *hex) {
     fp_object_id id;
     if (fp_object_id_from_hex(hex, &id) != FP_OK) return 2;
@@ -256,8 +289,15 @@ int main(int argc, char **argv) {
     batched_get_and_list(c);
     subscriptions(c);
     bad_input(c);
-    fp_disconnect(c);
-    fp_disconnect(NULL);
+    misuse(c);
+    EXPECT(fp_disconnect(c), FP_OK);
+    EXPECT(fp_disconnect(NULL), FP_OK);
+    /* A client used after its disconnect, or disconnected twice: a status. */
+    bool there = false;
+    fp_object_id any = fp_object_id_random();
+    EXPECT(fp_contains(c, &any, &there), FP_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "freed already") != NULL);
+    EXPECT(fp_disconnect(c), FP_INVALID_ARGUMENT);
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
         return 1;

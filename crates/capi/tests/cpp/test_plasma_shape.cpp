@@ -97,6 +97,12 @@ int main(int argc, char** argv) {
   int64_t evicted = -1;
   CHECK_OK(client.Evict(1000, evicted));
   CHECK(evicted == 0);
+  // Null outputs are a status, not a crash.
+  CHECK(client.Create(ferroplasma::ObjectID::from_random(), 8, nullptr, 0, nullptr).code() ==
+        FP_INVALID_ARGUMENT);
+  CHECK(client.Get({object_id}, 0, nullptr).code() == FP_INVALID_ARGUMENT);
+  CHECK(client.GetNotification(fd, nullptr, nullptr, nullptr).code() == FP_INVALID_ARGUMENT);
+  CHECK(client.Subscribe(nullptr).code() == FP_INVALID_ARGUMENT);
   CHECK_OK(client.Disconnect());
 
   if (failures) {
