@@ -3,6 +3,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 CARGO ?= $(shell command -v cargo 2>/dev/null || echo $(HOME)/.cargo/bin/cargo)
 VENV := .venv
+# Plasma's C++ client and store from the pyarrow 11 wheel (see below);
+# defined here because test-python, above its rule, needs it.
+PLASMA_CPP := target/plasma-cpp/.extracted
 PYTHON ?= python3
 # Arguments for `make run`, e.g. make run ARGS="--memory 2GiB --prefault"
 ARGS ?=
@@ -107,7 +110,6 @@ test-sysdeps:
 # Plasma's C++ client and store, from the same wheel: the C++ suite
 # (crates/capi/tests/cpp/plasma_client_test.cc) is built against them too and
 # must pass on Plasma as on ferroplasma (python/tests/test_plasma_cpp.py).
-PLASMA_CPP := target/plasma-cpp/.extracted
 $(PLASMA_CPP): | $(VENV)/.deps
 	mkdir -p $(dir $@)
 	$(VENV)/bin/pip download -q --no-deps --only-binary=:all: --python-version 3.11 \

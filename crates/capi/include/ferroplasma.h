@@ -11,9 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Freed handles a thread keeps before giving their memory back.
-#define QUARANTINE 4096
-
 // Most dimensions of an array (numpy's limit).
 #define FP_MAX_DIMS 32
 
@@ -304,7 +301,8 @@ enum fp_status fp_connect(const char *socket_path, struct fp_client **out);
 
 // Closes the connection and frees the client. Buffers made through it
 // stay valid until released. NULL is ignored (`FP_OK`); a client
-// disconnected already is `FP_INVALID_ARGUMENT`, and so is any call on it.
+// disconnected already is `FP_INVALID_ARGUMENT`, and so is a call on it
+// soon after (see "Ownership" in docs/languages.md).
 //
 // # Safety
 // `c` is NULL or a client from `fp_connect`.

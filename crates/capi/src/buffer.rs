@@ -149,13 +149,12 @@ fn digest(data: &[u8], metadata: &[u8]) -> [u8; 8] {
 /// `buf` is NULL or a buffer from this library.
 #[no_mangle]
 pub unsafe extern "C" fn fp_buffer_release(buf: *mut fp_buffer) -> fp_status {
-    if buf.is_null() {
-        return fp_status::FP_OK;
-    }
-    match handle::drop_value(buf, "fp_buffer_release") {
-        Ok(()) => fp_status::FP_OK,
-        Err(e) => noted(Err(e), fp_status::FP_INVALID_ARGUMENT),
-    }
+    guard(|| {
+        if !buf.is_null() {
+            handle::drop_value(buf, "fp_buffer_release")?;
+        }
+        Ok(())
+    })
 }
 
 /// The writable data of an object being created (`fp_mut_buffer_size`

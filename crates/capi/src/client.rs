@@ -163,7 +163,8 @@ pub unsafe extern "C" fn fp_connect(
 
 /// Closes the connection and frees the client. Buffers made through it
 /// stay valid until released. NULL is ignored (`FP_OK`); a client
-/// disconnected already is `FP_INVALID_ARGUMENT`, and so is any call on it.
+/// disconnected already is `FP_INVALID_ARGUMENT`, and so is a call on it
+/// soon after (see "Ownership" in docs/languages.md).
 ///
 /// # Safety
 /// `c` is NULL or a client from `fp_connect`.

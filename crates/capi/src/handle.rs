@@ -9,16 +9,16 @@
 //! is given back only when pushed out of it. A handle misused within that
 //! many frees (a double release right after the first, a client used after
 //! its disconnect) is always caught; one used long after is, as in any C
-//! library, undefined. The checks cost no atomic read-modify-write: a
-//! handle freed from two threads at once is the caller's race, as it is
-//! for `free`.
+//! library, undefined. The ring is the freeing thread's and holds handles
+//! of every kind: 4,096 frees on that thread (four batched gets of 1,000
+//! released), or that thread's exit, end a freed handle's protection.
 
 use crate::status::{invalid, CapiError};
 use std::cell::{RefCell, UnsafeCell};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Freed handles a thread keeps before giving their memory back.
-pub const QUARANTINE: usize = 4096;
+pub(crate) const QUARANTINE: usize = 4096;
 
 const LIVE: u8 = 1;
 const FREED: u8 = 2;
@@ -72,24 +72,26 @@ impl<T> Handle<T> {
     /// Moves the value out and marks the handle freed: once. A second call
     /// is an error naming `call` and `what`.
     fn take(&self, call: &str, what: &str) -> Result<T, CapiError> {
-        if self.state.load(Ordering::Acquire) != LIVE {
-            return Err(freed(call, what));
-        }
-        self.state.store(FREED, Ordering::Release);
-        // Safety: this call saw it live and marked it freed, so it alone
-        // moves the value out (two threads freeing one handle at once is
-        // the caller's race); readers see FREED and stop.
+        self.mark_freed(call, what)?;
+        // Safety: this call won the swap to FREED, so it alone moves the
+        // value out; readers see FREED and stop.
         unsafe { (*self.value.get()).take() }.ok_or_else(|| freed(call, what))
     }
 }
 
 impl<T> Handle<T> {
+    /// LIVE → FREED, once: of two threads freeing one handle at once, one
+    /// wins and the other gets the error.
+    fn mark_freed(&self, call: &str, what: &str) -> Result<(), CapiError> {
+        self.state
+            .compare_exchange(LIVE, FREED, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| ())
+            .map_err(|_| freed(call, what))
+    }
+
     /// Drops the value where it lies and marks the handle freed: once.
     fn clear(&self, call: &str, what: &str) -> Result<(), CapiError> {
-        if self.state.load(Ordering::Acquire) != LIVE {
-            return Err(freed(call, what));
-        }
-        self.state.store(FREED, Ordering::Release);
+        self.mark_freed(call, what)?;
         // Safety: as in `take`.
         unsafe { *self.value.get() = None };
         Ok(())

@@ -4,8 +4,9 @@
 //! message of the last failed call on the calling thread is
 //! `fp_last_error()`. No panic crosses the boundary (it becomes
 //! `FP_PANIC`). Handles are opaque pointers, each freed by exactly one call
-//! named in its documentation; a handle used after it was freed (within
-//! the last 4,096 frees of its kind) gets `FP_INVALID_ARGUMENT`.
+//! named in its documentation; a handle used after it was freed gets
+//! `FP_INVALID_ARGUMENT` while the freeing thread has made fewer than
+//! 4,096 frees since and is alive (`handle`).
 //! `include/ferroplasma.h` is generated from this crate by cbindgen;
 //! docs/languages.md explains ownership and threads and shows complete C,
 //! C++ and Go programs.

@@ -23,6 +23,7 @@
 #ifndef FERROPLASMA_PLASMA_CLIENT_H
 #define FERROPLASMA_PLASMA_CLIENT_H
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -106,31 +107,44 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
     fp_buffer* held = nullptr;          // the store's reference, once sealed
   };
 
-  ~ClientState() {
-    Close();
-    for (auto& kv : objects_) {
-      if (kv.second.held != nullptr) fp_buffer_release(kv.second.held);
-      if (kv.second.creating != nullptr) fp_abort(nullptr, kv.second.creating);
-    }
-  }
+  ~ClientState() { Close(); }
 
   std::recursive_mutex mu;
   fp_client* client = nullptr;
   int64_t capacity = 0;
+  /// A subscription, closed when the last user of it (the client's map,
+  /// or a GetNotification waiting on it) lets it go.
+  struct Sub {
+    explicit Sub(fp_subscription* s) : sub(s) {}
+    ~Sub() { fp_subscription_close(sub); }
+    Sub(const Sub&) = delete;
+    Sub& operator=(const Sub&) = delete;
+    fp_subscription* sub;
+    std::atomic<bool> closed{false};
+  };
+
   std::unordered_map<ObjectID, Entry> objects_;
-  std::unordered_map<int, fp_subscription*> subscriptions;
+  std::unordered_map<int, std::shared_ptr<Sub>> subscriptions;
 
   Status Connected() const {
     return client != nullptr ? Status::OK()
                              : Status::IOError("the client is not connected to a store");
   }
 
-  /// Closes the connection; the handles of objects in use stay valid (so
-  /// do their buffers) until released.
+  /// Closes the connection as Plasma's store did when a client left:
+  /// objects it was creating are aborted and its uses end (buffers the
+  /// older Get returned then point at memory the store may reuse, as in
+  /// Plasma). Buffers of the self-releasing Get hold their own references.
   void Close() {
-    for (auto& kv : subscriptions) fp_subscription_close(kv.second);
+    for (auto& kv : subscriptions) kv.second->closed = true;
     subscriptions.clear();
-    if (client != nullptr) fp_disconnect(client);
+    if (client == nullptr) return;
+    for (auto& kv : objects_) {
+      if (kv.second.creating != nullptr) fp_abort(client, kv.second.creating);
+      if (kv.second.held != nullptr) fp_buffer_release(kv.second.held);
+    }
+    objects_.clear();
+    fp_disconnect(client);
     client = nullptr;
   }
 
@@ -176,14 +190,25 @@ struct BufferPair {
 struct BlockCache {
   std::vector<void*> free;
   size_t size = 0;
-  ~BlockCache() {
-    for (void* p : free) ::operator delete(p);
-  }
+  ~BlockCache();
 };
 
-inline BlockCache& block_cache() {
+/// Set once this thread's cache is destroyed (thread exit, or `exit()`
+/// before static objects that may still hold buffers): blocks then go
+/// straight to the allocator. Trivially destructible, so always readable.
+inline thread_local bool block_cache_gone = false;
+
+inline BlockCache::~BlockCache() {
+  block_cache_gone = true;
+  for (void* p : free) ::operator delete(p);
+  free.clear();
+}
+
+/// This thread's cache, or null once it is destroyed.
+inline BlockCache* block_cache() {
+  if (block_cache_gone) return nullptr;
   static thread_local BlockCache cache;
-  return cache;
+  return &cache;
 }
 
 template <class T>
@@ -194,20 +219,20 @@ struct CachedAllocator {
   CachedAllocator(const CachedAllocator<U>&) {}
   T* allocate(size_t n) {
     const size_t bytes = n * sizeof(T);
-    BlockCache& c = block_cache();
-    if (c.size == bytes && !c.free.empty()) {
-      void* p = c.free.back();
-      c.free.pop_back();
+    BlockCache* c = block_cache();
+    if (c != nullptr && c->size == bytes && !c->free.empty()) {
+      void* p = c->free.back();
+      c->free.pop_back();
       return static_cast<T*>(p);
     }
     return static_cast<T*>(::operator new(bytes));
   }
   void deallocate(T* p, size_t n) {
     const size_t bytes = n * sizeof(T);
-    BlockCache& c = block_cache();
-    if ((c.size == bytes || c.free.empty()) && c.free.size() < 4096) {
-      c.size = bytes;
-      c.free.push_back(p);
+    BlockCache* c = block_cache();
+    if (c != nullptr && (c->size == bytes || c->free.empty()) && c->free.size() < 4096) {
+      c->size = bytes;
+      c->free.push_back(p);
       return;
     }
     ::operator delete(p);
@@ -374,11 +399,13 @@ class PlasmaClient {
     for (size_t i = 0; i < ids.size(); i++) ids[i] = detail::ToC(object_ids[i]);
     std::vector<fp_buffer*> got(ids.size(), nullptr);
     {
+      // Under the client's lock, as Plasma's Get: a Disconnect from another
+      // thread waits for it.
       std::lock_guard<std::recursive_mutex> lock(impl_->mu);
       ARROW_RETURN_NOT_OK(impl_->Connected());
+      ARROW_RETURN_NOT_OK(detail::FromC(
+          fp_get(impl_->client, ids.data(), ids.size(), timeout_ms, got.data()), "Get"));
     }
-    ARROW_RETURN_NOT_OK(detail::FromC(
-        fp_get(impl_->client, ids.data(), ids.size(), timeout_ms, got.data()), "Get"));
     std::vector<ObjectBuffer> out(ids.size());
     for (size_t i = 0; i < got.size(); i++) {
       if (got[i] == nullptr) continue;
@@ -563,7 +590,8 @@ class PlasmaClient {
 
   /// Subscribes to the store's notifications: `*fd` becomes readable when
   /// one waits. The objects sealed already come first, then every seal
-  /// and delete; read them with GetNotification.
+  /// and delete; read them with GetNotification. The client owns the fd
+  /// (it closes it at Disconnect): poll it, do not close it.
   Status Subscribe(int* fd) {
     if (fd == nullptr) return Status::Invalid("Subscribe: fd is null");
     std::lock_guard<std::recursive_mutex> lock(impl_->mu);
@@ -571,7 +599,7 @@ class PlasmaClient {
     fp_subscription* sub = nullptr;
     ARROW_RETURN_NOT_OK(detail::FromC(fp_subscribe(impl_->client, true, &sub), "Subscribe"));
     *fd = fp_subscription_fd(sub);
-    impl_->subscriptions[*fd] = sub;
+    impl_->subscriptions[*fd] = std::make_shared<detail::ClientState::Sub>(sub);
     return Status::OK();
   }
 
@@ -582,7 +610,7 @@ class PlasmaClient {
     if (object_id == nullptr || data_size == nullptr || metadata_size == nullptr) {
       return Status::Invalid("GetNotification: the outputs must not be null");
     }
-    fp_subscription* sub = nullptr;
+    std::shared_ptr<detail::ClientState::Sub> sub;
     {
       std::lock_guard<std::recursive_mutex> lock(impl_->mu);
       auto it = impl_->subscriptions.find(fd);
@@ -591,8 +619,14 @@ class PlasmaClient {
       }
       sub = it->second;
     }
+    // Waits in steps, so that a Disconnect from another thread ends the wait.
     fp_event ev;
-    ARROW_RETURN_NOT_OK(detail::FromC(fp_subscription_next(sub, -1, &ev), "GetNotification"));
+    for (;;) {
+      fp_status st = fp_subscription_next(sub->sub, 100, &ev);
+      if (st == FP_OK) break;
+      if (st != FP_TIMEOUT) return detail::FromC(st, "GetNotification");
+      if (sub->closed) return Status::IOError("GetNotification: the client disconnected");
+    }
     *object_id = detail::FromC(ev.id);
     if (ev.kind == FP_EVENT_DELETED) {
       *data_size = -1;
@@ -617,9 +651,11 @@ class PlasmaClient {
         "DecodeNotifications: ferroplasma's notifications are read with GetNotification");
   }
 
-  /// Closes the connection (again: nothing). The store ends the client's
-  /// uses of objects and aborts those it was still creating; buffers
-  /// already returned stay mapped while they live.
+  /// Closes the connection (again: nothing): the objects the client was
+  /// creating are aborted and its uses end, as Plasma's store did when a
+  /// client left; a GetNotification waiting in another thread returns an
+  /// IOError. Buffers of the self-releasing Get keep their objects while
+  /// they live.
   Status Disconnect() {
     std::lock_guard<std::recursive_mutex> lock(impl_->mu);
     impl_->Close();
@@ -650,27 +686,24 @@ class PlasmaClient {
   /// The older Get: each result is one more use of the object, counted
   /// here, ended by Release.
   Status GetImpl(const ObjectID* object_ids, int64_t n, int64_t timeout_ms, ObjectBuffer* out) {
+    // Under the client's lock throughout, as Plasma's Get: a Disconnect
+    // from another thread waits for it.
+    std::lock_guard<std::recursive_mutex> lock(impl_->mu);
+    ARROW_RETURN_NOT_OK(impl_->Connected());
     std::vector<fp_object_id> ask;
     std::vector<int64_t> at;
-    {
-      std::lock_guard<std::recursive_mutex> lock(impl_->mu);
-      ARROW_RETURN_NOT_OK(impl_->Connected());
-      for (int64_t i = 0; i < n; i++) {
-        auto it = impl_->objects_.find(object_ids[i]);
-        if (it == impl_->objects_.end() || it->second.held == nullptr) {
-          ask.push_back(detail::ToC(object_ids[i]));
-          at.push_back(i);
-        }
+    for (int64_t i = 0; i < n; i++) {
+      auto it = impl_->objects_.find(object_ids[i]);
+      if (it == impl_->objects_.end() || it->second.held == nullptr) {
+        ask.push_back(detail::ToC(object_ids[i]));
+        at.push_back(i);
       }
     }
     std::vector<fp_buffer*> got(ask.size(), nullptr);
     if (!ask.empty()) {
-      // Without the lock: a wait must not stop the client's other threads
-      // (one of them may be about to seal what this one waits for).
       ARROW_RETURN_NOT_OK(detail::FromC(
           fp_get(impl_->client, ask.data(), ask.size(), timeout_ms, got.data()), "Get"));
     }
-    std::lock_guard<std::recursive_mutex> lock(impl_->mu);
     size_t next = 0;
     for (int64_t i = 0; i < n; i++) {
       const ObjectID& id = object_ids[i];

@@ -496,6 +496,40 @@ TEST_F(TestPlasmaStore, ADisconnectAbortsWhatTheClientLeftUnsealed) {
   for (size_t i = 0; i < ids.size(); i++) {
     EXPECT_EQ(Has(client2_, ids[i]), i % 3 == 0) << "object " << i;
   }
+  // What it left unsealed was aborted: another client may create those ids
+  // (once the store has seen the disconnect).
+  for (size_t i = 2; i < ids.size(); i += 3) {
+    std::shared_ptr<Buffer> data;
+    Status st = client2_.Create(ids[i], 10, nullptr, 0, &data);
+    for (int tries = 0; tries < 100 && IsPlasmaObjectExists(st); tries++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      st = client2_.Create(ids[i], 10, nullptr, 0, &data);
+    }
+    CHECK_OK(st);
+    CHECK_OK(client2_.Release(ids[i]));
+    CHECK_OK(client2_.Abort(ids[i]));
+  }
+}
+
+TEST_F(TestPlasmaStore, ADisconnectEndsAWaitForNotificationsInAnotherThread) {
+#ifdef FERROPLASMA_PLASMA_COMPAT
+  // Plasma's GetNotification read the fd and stayed blocked; ferroplasma's
+  // returns once its client disconnects.
+  PlasmaClient local;
+  CHECK_OK(local.Connect(socket_, ""));
+  int fd = -1;
+  CHECK_OK(local.Subscribe(&fd));
+  Status waited;
+  std::thread waiter([&] {
+    ObjectID id;
+    int64_t ds = 0, ms = 0;
+    waited = local.GetNotification(fd, &id, &ds, &ms);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_OK(local.Disconnect());
+  waiter.join();
+  EXPECT_TRUE(waited.IsIOError()) << waited.ToString();
+#endif
 }
 
 TEST_F(TestPlasmaStore, ALargeObjectRoundTrips) {
