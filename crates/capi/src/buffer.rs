@@ -2,7 +2,7 @@
 //! reference to the object) and an object being created (`fp_mut_buffer`).
 //! Both are handles (`handle.rs`): a freed one is reported, not read.
 
-use crate::handle::{self, Handle, Kind};
+use crate::handle::{self, impl_kind, Handle};
 use crate::id::fp_object_id;
 use crate::status::{fp_status, guard, invalid, noted};
 use ferroplasma_client::{MutableBuffer, ObjectBuffer};
@@ -15,16 +15,7 @@ pub struct fp_buffer {
     h: Handle<ObjectBuffer>,
 }
 
-impl Kind for fp_buffer {
-    type Value = ObjectBuffer;
-    const WHAT: &'static str = "the buffer";
-    fn handle(&self) -> &Handle<ObjectBuffer> {
-        &self.h
-    }
-    fn wrap(h: Handle<ObjectBuffer>) -> Self {
-        Self { h }
-    }
-}
+impl_kind!(fp_buffer, ObjectBuffer, "the buffer");
 
 /// An object being created: its bytes are writable until it is sealed or
 /// aborted. Made by `fp_create`; given back by exactly one `fp_seal` or
@@ -34,16 +25,7 @@ pub struct fp_mut_buffer {
     h: Handle<MutableBuffer>,
 }
 
-impl Kind for fp_mut_buffer {
-    type Value = MutableBuffer;
-    const WHAT: &'static str = "the buffer being created";
-    fn handle(&self) -> &Handle<MutableBuffer> {
-        &self.h
-    }
-    fn wrap(h: Handle<MutableBuffer>) -> Self {
-        Self { h }
-    }
-}
+impl_kind!(fp_mut_buffer, MutableBuffer, "the buffer being created");
 
 /// The object's data (`fp_buffer_size` bytes), valid while the buffer
 /// lives; NULL for a NULL or released buffer (`fp_last_error` says which).

@@ -1,7 +1,7 @@
 //! A connection to a store, and the operations on objects.
 
 use crate::buffer::{fp_buffer, fp_mut_buffer};
-use crate::handle::{self, Handle, Kind};
+use crate::handle::{self, impl_kind, Handle};
 use crate::id::fp_object_id;
 use crate::status::{fp_status, guard, invalid, CapiError};
 use ferroplasma_client::{Client, DeleteStatus, ObjectId};
@@ -17,16 +17,7 @@ pub struct fp_client {
     h: Handle<Client>,
 }
 
-impl Kind for fp_client {
-    type Value = Client;
-    const WHAT: &'static str = "the client";
-    fn handle(&self) -> &Handle<Client> {
-        &self.h
-    }
-    fn wrap(h: Handle<Client>) -> Self {
-        Self { h }
-    }
-}
+impl_kind!(fp_client, Client, "the client");
 
 /// What `fp_delete` did with one id.
 #[repr(C)]
@@ -353,13 +344,24 @@ pub unsafe extern "C" fn fp_contains(
     id: *const fp_object_id,
     out: *mut bool,
 ) -> fp_status {
+    contains_one(c, id, out, "fp_contains", Client::contains)
+}
+
+/// One id's contains, by `ask` (plain or Plasma's).
+fn contains_one(
+    c: *const fp_client,
+    id: *const fp_object_id,
+    out: *mut bool,
+    call: &str,
+    ask: fn(&Client, &[ObjectId]) -> ferroplasma_client::Result<Vec<bool>>,
+) -> fp_status {
     guard(|| {
-        let cl = client(c, "fp_contains")?;
-        let [id] = ids_at(id, 1, "fp_contains")? else {
+        let cl = client(c, call)?;
+        let [id] = ids_at(id, 1, call)? else {
             unreachable!("one id")
         };
-        let found = cl.contains(&[ObjectId::from(*id)])?;
-        put(out, found.first().copied().unwrap_or(false), "fp_contains")
+        let found = ask(cl, &[ObjectId::from(*id)])?;
+        put(out, found.first().copied().unwrap_or(false), call)
     })
 }
 
@@ -376,18 +378,13 @@ pub unsafe extern "C" fn fp_contains_deleting(
     id: *const fp_object_id,
     out: *mut bool,
 ) -> fp_status {
-    guard(|| {
-        let cl = client(c, "fp_contains_deleting")?;
-        let [id] = ids_at(id, 1, "fp_contains_deleting")? else {
-            unreachable!("one id")
-        };
-        let found = cl.contains_deleting(&[ObjectId::from(*id)])?;
-        put(
-            out,
-            found.first().copied().unwrap_or(false),
-            "fp_contains_deleting",
-        )
-    })
+    contains_one(
+        c,
+        id,
+        out,
+        "fp_contains_deleting",
+        Client::contains_deleting,
+    )
 }
 
 /// Deletes `n` objects: each is freed now, or when its last reference

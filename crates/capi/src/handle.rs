@@ -170,6 +170,25 @@ pub trait Kind: Sized + 'static {
     fn wrap(h: Handle<Self::Value>) -> Self;
 }
 
+/// The [`Kind`] of the C handle type `$name` (a struct with a field
+/// `h: Handle<$value>`; the struct itself is written out, for cbindgen),
+/// named `$what` in errors.
+macro_rules! impl_kind {
+    ($name:ident, $value:ty, $what:literal) => {
+        impl $crate::handle::Kind for $name {
+            type Value = $value;
+            const WHAT: &'static str = $what;
+            fn handle(&self) -> &$crate::handle::Handle<$value> {
+                &self.h
+            }
+            fn wrap(h: $crate::handle::Handle<$value>) -> Self {
+                Self { h }
+            }
+        }
+    };
+}
+pub(crate) use impl_kind;
+
 /// A new handle of `value`, for C code.
 pub(crate) fn make<K: Kind>(value: K::Value) -> *mut K {
     Box::into_raw(Box::new(K::wrap(Handle::new(value))))

@@ -1,7 +1,7 @@
 //! Notifications: each object sealed or deleted in the store, in order.
 
 use crate::client::{client, fp_client};
-use crate::handle::{self, Handle, Kind};
+use crate::handle::{self, impl_kind, Handle};
 use crate::id::fp_object_id;
 use crate::status::{fp_status, guard, invalid, noted, CapiError};
 use ferroplasma_client::{EventKind, Subscription};
@@ -14,16 +14,7 @@ pub struct fp_subscription {
     h: Handle<Subscription>,
 }
 
-impl Kind for fp_subscription {
-    type Value = Subscription;
-    const WHAT: &'static str = "the subscription";
-    fn handle(&self) -> &Handle<Subscription> {
-        &self.h
-    }
-    fn wrap(h: Handle<Subscription>) -> Self {
-        Self { h }
-    }
-}
+impl_kind!(fp_subscription, Subscription, "the subscription");
 
 /// What happened to an object.
 #[repr(C)]
