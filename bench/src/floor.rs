@@ -43,8 +43,16 @@ struct Args {
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    let available = mem_available();
     for &objects in &args.objects {
         let bytes = (objects * PER_OBJECT).max(MIN_TABLE);
+        if let Some(avail) = available {
+            anyhow::ensure!(
+                bytes <= avail / 2,
+                "--objects {objects} needs a region of {bytes} bytes, more than half of the \
+                 {avail} bytes this machine has available; ask for fewer objects"
+            );
+        }
         let (read, batch) = floor(bytes as usize, objects as usize, args.reads)?;
         println!(
             "{{\"objects\": {objects}, \"bytes\": {bytes}, \"ns_per_read\": {read:.1}, \
@@ -73,6 +81,19 @@ fn chosen(lines: usize, used: usize, rng: &mut u64) -> Vec<u32> {
     }
     order.truncate(used);
     order
+}
+
+/// MemAvailable of /proc/meminfo, in bytes (None where it cannot be read).
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 /// Reads in one batch of independent reads.

@@ -182,8 +182,7 @@ class PlasmaClient {
     if (object_buffers == nullptr) return Status::Invalid("Get: object_buffers is null");
     // Each result holds its own reference (the C library's buffer), given
     // back when its last buffer goes: no per-object books here.
-    std::vector<fp_object_id> ids(object_ids.size());
-    for (size_t i = 0; i < ids.size(); i++) ids[i] = detail::ToC(object_ids[i]);
+    std::vector<fp_object_id> ids = detail::ToC(object_ids);
     std::vector<fp_buffer*> got(ids.size(), nullptr);
     {
       // Under the client's lock, as Plasma's Get: a Disconnect from another
@@ -322,9 +321,7 @@ class PlasmaClient {
   Status Delete(const std::vector<ObjectID>& object_ids) {
     std::lock_guard<std::recursive_mutex> lock(impl_->mu);
     ARROW_RETURN_NOT_OK(impl_->Connected());
-    std::vector<fp_object_id> ids;
-    ids.reserve(object_ids.size());
-    for (const auto& id : object_ids) ids.push_back(detail::ToC(id));
+    std::vector<fp_object_id> ids = detail::ToC(object_ids);
     return detail::FromC(fp_delete(impl_->client, ids.data(), ids.size(), nullptr), "Delete");
   }
 
@@ -346,9 +343,7 @@ class PlasmaClient {
   Status Refresh(const std::vector<ObjectID>& object_ids) {
     std::lock_guard<std::recursive_mutex> lock(impl_->mu);
     ARROW_RETURN_NOT_OK(impl_->Connected());
-    std::vector<fp_object_id> ids;
-    ids.reserve(object_ids.size());
-    for (const auto& id : object_ids) ids.push_back(detail::ToC(id));
+    std::vector<fp_object_id> ids = detail::ToC(object_ids);
     std::vector<fp_buffer*> got(ids.size(), nullptr);
     ARROW_RETURN_NOT_OK(
         detail::FromC(fp_get(impl_->client, ids.data(), ids.size(), 0, got.data()), "Refresh"));

@@ -30,6 +30,13 @@ inline fp_object_id ToC(const ObjectID& id) {
   return raw;
 }
 
+inline std::vector<fp_object_id> ToC(const std::vector<ObjectID>& ids) {
+  std::vector<fp_object_id> out;
+  out.reserve(ids.size());
+  for (const auto& id : ids) out.push_back(ToC(id));
+  return out;
+}
+
 inline ObjectID FromC(const fp_object_id& raw) {
   ObjectID id;
   std::memcpy(id.mutable_data(), raw.bytes, sizeof(raw.bytes));
