@@ -12,7 +12,7 @@ ARGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: help test-sysdeps build c-lib install-c header test-go wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-scale bench-cluster bench-scan bench-jobs stress scale chaos clean
+.PHONY: help test-sysdeps build c-lib install-c header test-go java-sysdeps java test-java wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-scale bench-cluster bench-scan bench-jobs stress scale chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -79,7 +79,7 @@ wheel: $(VENV)/.deps ## Build a manylinux wheel into target/wheels/ (pip install
 run: build ## Build and start a store with the defaults (Ctrl-C stops it); ARGS="..." adds flags
 	$(VENV)/bin/ferroplasma store $(ARGS)
 
-test: test-rust test-python test-plasma test-go ## Run every test (Rust, Python, Plasma's own suite and Go, against real stores)
+test: test-rust test-python test-plasma test-go test-java ## Run every test (Rust, Python, Plasma's own suite, Go and Java, against real stores)
 
 # Tests that need root (network namespaces, other users) are marked ignored,
 # so that elsewhere they are reported as skipped; as root they run here.
@@ -92,7 +92,7 @@ test-rust: ## Rust unit, property and integration tests (root-only ones when roo
 	  $(CARGO) test --workspace -- --ignored root_; \
 	else echo "test-rust: root-only tests skipped (not root)"; fi
 
-test-python: build wheel test-sysdeps $(PLASMA_CPP) ## Python tests (pytest) against real stores
+test-python: build wheel test-sysdeps $(PLASMA_CPP) java ## Python tests (pytest) against real stores
 	$(VENV)/bin/python -m pytest -q --durations=10 python/tests
 
 # Debian packages only tests use: Prometheus (it scrapes a store in
@@ -144,6 +144,33 @@ GO_ENV := PKG_CONFIG_PATH=$(CURDIR)/$(C_OUT)/lib/pkgconfig CGO_LDFLAGS=-Wl,-rpat
 test-go: build ## Go client tests against a real store (go vet, go test)
 	cd go/ferroplasma && $(GO_ENV) $(GO) vet ./... && \
 	  $(GO_ENV) FERROPLASMA_BIN=$(CURDIR)/$(VENV)/bin/ferroplasma $(GO) test ./...
+
+# The Java client (java/: Plasma's Java API and Arrow Java tables in place, JNI
+# over the C library, built with Maven): needs a JDK >= 11 and Maven, installed
+# from Debian's packages when root. The JNI library links the C library in
+# statically and travels inside the jar; target/java/lib has it under its own
+# name and Plasma's (libplasma_java.so), for code that loads it itself.
+JAVA_HOME ?= $(shell j=$$(command -v javac) && dirname $$(dirname $$(readlink -f $$j)))
+MVN ?= mvn
+MVN_FLAGS := -q -B -Dstyle.color=never
+JNI_LIB := target/java/native/io/ferroplasma/plasma/native/linux-x86_64/libferroplasma_jni.so
+java-sysdeps:
+	@if ! command -v javac >/dev/null || ! command -v $(MVN) >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "java-sysdeps: as root, installing Debian's default-jdk-headless and maven (the Java client)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends default-jdk-headless maven >/dev/null; \
+	  else echo "java-sysdeps: the Java client needs a JDK (11 or newer) and Maven: apt-get install default-jdk-headless maven"; exit 1; fi; fi
+java: c-lib java-sysdeps ## Build the Java client: the JNI library and the jar (target/java/maven/ferroplasma-0.1.0.jar)
+	mkdir -p $(dir $(JNI_LIB)) target/java/lib
+	cc -shared -fPIC -O2 -Wall -Wextra -Werror -I$(JAVA_HOME)/include -I$(JAVA_HOME)/include/linux -I$(C_OUT)/include \
+	  java/src/main/c/ferroplasma_jni.c $(C_OUT)/lib/libferroplasma.a -lpthread -ldl -lm \
+	  -Wl,--gc-sections -Wl,--exclude-libs,ALL -s -o $(JNI_LIB)
+	cp $(JNI_LIB) target/java/lib/libferroplasma_jni.so
+	cp $(JNI_LIB) target/java/lib/libplasma_java.so
+	cd java && $(MVN) $(MVN_FLAGS) package -DskipTests
+	cd java && $(MVN) $(MVN_FLAGS) dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile=$(CURDIR)/target/java/classpath.txt
+test-java: build java ## Java client tests (JUnit, against real stores)
+	cd java && FERROPLASMA_BIN=$(CURDIR)/$(VENV)/bin/ferroplasma $(MVN) $(MVN_FLAGS) test
 
 lint: $(VENV)/.deps ## cargo fmt --check, clippy -D warnings, no import circles, ruff, _native.pyi against the built module (stubtest)
 	$(CARGO) fmt --all -- --check

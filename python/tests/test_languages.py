@@ -1,7 +1,8 @@
-"""Every language reads the same bytes: C and C++ programs (built against
-libferroplasma, `make c-lib`, and C++ also against the Arrow C++ library
-that pyarrow ships) read what Python put, in place, and Python reads a
-table C++ put, as a zero-copy pyarrow.Table."""
+"""Every language reads the same bytes: C, C++, Go and Java programs (built
+against libferroplasma, `make c-lib`; C++ also against the Arrow C++ library
+that pyarrow ships, Java against Arrow Java, `make java`) read what Python
+put, in place, and Python reads a table C++, Go or Java put, as a zero-copy
+pyarrow.Table."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ C_OUT = ROOT / "target" / "c"
 TESTS = ROOT / "crates" / "capi" / "tests"
 GO_MODULE = ROOT / "go" / "ferroplasma"
 GO = shutil.which("go") or "/usr/local/go/bin/go"
+JAVA_OUT = ROOT / "target" / "java"
 
 
 def go_build(package: str, out: Path) -> None:
@@ -215,3 +217,64 @@ def test_the_go_example_in_docs_languages_md_runs(client, tmp_path):
     go_build("./examples/hello", tmp_path / "hello")
     ran = subprocess.run([str(tmp_path / "hello"), client.socket], capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout == "hello\n", ran.stderr
+
+
+def java_command(main: str) -> list[str]:
+    """Runs a class of the Java client's tests (`make java` built them)."""
+    classpath = JAVA_OUT / "classpath.txt"
+    if not classpath.exists() or not (JAVA_OUT / "maven" / "test-classes").exists():
+        pytest.fail("the Java client is not built: run `make java`")
+    jars = classpath.read_text().strip()
+    cp = f"{JAVA_OUT / 'maven' / 'classes'}:{JAVA_OUT / 'maven' / 'test-classes'}:{jars}"
+    return ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", cp, main]
+
+
+JAVA_EXCHANGE = "io.ferroplasma.plasma.arrow.ArrowExchange"
+
+
+def test_java_reads_a_table_and_an_array_python_put_without_copying(client):
+    table = python_table()
+    arr = np.arange(12_000, dtype="<f8").reshape(300, 40) * 0.25
+    tid, aid = client.put(table), client.put(arr)
+    out = subprocess.run(
+        [*java_command(JAVA_EXCHANGE), client.socket, "read", tid.hex(), aid.hex()],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    expected = [f"rows {table.num_rows}"]
+    expected += [f"column {name} {checksum(table[name])}" for name in table.column_names]
+    expected += [f"array <f8 ndim=2 shape=300x40 order=C sum={arr.sum():.3f}", "outside 0"]
+    assert out.stdout.splitlines() == expected
+
+
+def test_python_reads_a_table_java_put_as_a_view_of_the_store(client):
+    oid = fp.ObjectID.random()
+    out = subprocess.run(
+        [*java_command(JAVA_EXCHANGE), client.socket, "put", oid.hex()],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "put", out.stdout + out.stderr
+    got = client.get(oid)
+    assert isinstance(got, pa.Table) and got.equals(table_from_other_languages())
+    [buf] = client.get_buffers([oid])
+    view = memoryview(buf)
+    lo = np.frombuffer(view, dtype=np.uint8).ctypes.data
+    for column in got.columns:
+        for chunk in column.chunks:
+            for b in chunk.buffers():
+                if b is not None and b.size:
+                    assert lo <= b.address < lo + len(view), "copied"
+
+
+def test_the_java_example_in_docs_languages_md_runs(client):
+    """docs/languages.md's Java program is java/src/test/java/Hello.java, as written."""
+    doc = (ROOT / "docs" / "languages.md").read_text()
+    start = doc.index("```java\n") + len("```java\n")
+    example = ROOT / "java" / "src" / "test" / "java" / "Hello.java"
+    assert doc[start : doc.index("```", start)] == example.read_text()
+    before = len(client.list())
+    ran = subprocess.run([*java_command("Hello"), client.socket], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout == "hello\n", ran.stdout + ran.stderr
+    assert len(client.list()) == before, "the example left its object behind"
