@@ -12,7 +12,7 @@ ARGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: help test-sysdeps build c-lib install-c header test-go java-sysdeps java test-java wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-scale bench-cluster bench-scan bench-jobs stress scale chaos clean
+.PHONY: help test-sysdeps build c-lib install-c header test-go java-sysdeps java test-java wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-calls bench-scale bench-cluster bench-scan bench-jobs stress scale chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -236,6 +236,10 @@ bench-jobs: build bench/.spark-venv/.ok ## DataFrame sample sort (Plasma blog po
 	$(VENV)/bin/python bench/jobs_bench.py records --json bench/results/jobs-rec.json $(if $(QUICK),--size 1GiB --reps 2,)
 	cd bench && ../$(VENV)/bin/python jobs_report.py results/jobs-df.json results/jobs-rec.json --out ../docs
 	$(VENV)/bin/python bench/jobs_dask_bench.py --json bench/results/jobs-dask.json --out docs $(if $(QUICK),--size 256MiB --rows 5000000 --reps 2,)
+
+bench-calls: build java $(PLASMA_CPP) ## Per-call cost of the C, C++, Go, Java, Python and Rust clients next to Plasma 11's C++ client (get, contains, create+seal, batched get); QUICK=1
+	$(CARGO) build --release -p ferroplasma-bench --bin ferroplasma-bench-calls
+	$(VENV)/bin/python bench/calls.py $(if $(QUICK),--rounds 1)
 
 bench-spill: build ## p50/p99/max of a 1 KiB get while the store spills 256 MiB batches, next to an idle store
 	@mkdir -p bench/results

@@ -27,6 +27,42 @@ pub struct fp_mut_buffer {
 
 impl_kind!(fp_mut_buffer, MutableBuffer, "the buffer being created");
 
+/// Where a sealed object's parts lie (`fp_get_views`): pointers into the
+/// store's memory, valid while its buffer lives; all zero for an object
+/// not sealed in time.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct fp_buffer_view {
+    /// The data (`fp_buffer_data`).
+    pub data: *const u8,
+    /// Bytes of data.
+    pub size: u64,
+    /// The metadata (`fp_buffer_metadata`).
+    pub metadata: *const u8,
+    /// Bytes of metadata.
+    pub metadata_size: u64,
+}
+
+impl fp_buffer_view {
+    /// Nothing: the view of an object not sealed in time.
+    pub(crate) const NONE: Self = Self {
+        data: std::ptr::null(),
+        size: 0,
+        metadata: std::ptr::null(),
+        metadata_size: 0,
+    };
+
+    /// The view of `b`.
+    pub(crate) fn of(b: &ObjectBuffer) -> Self {
+        Self {
+            data: b.data().as_ptr(),
+            size: b.data().len() as u64,
+            metadata: b.metadata().as_ptr(),
+            metadata_size: b.metadata().len() as u64,
+        }
+    }
+}
+
 /// The object's data (`fp_buffer_size` bytes), valid while the buffer
 /// lives; NULL for a NULL or released buffer (`fp_last_error` says which).
 ///

@@ -1,6 +1,6 @@
 //! A connection to a store, and the operations on objects.
 
-use crate::buffer::{fp_buffer, fp_mut_buffer};
+use crate::buffer::{fp_buffer, fp_buffer_view, fp_mut_buffer};
 use crate::handle::{self, impl_kind, Handle};
 use crate::id::fp_object_id;
 use crate::status::{fp_status, guard, invalid, CapiError};
@@ -297,23 +297,55 @@ pub unsafe extern "C" fn fp_get(
     timeout_ms: i64,
     out: *mut *mut fp_buffer,
 ) -> fp_status {
-    guard(|| {
-        let cl = client(c, "fp_get")?;
-        let ids: Vec<ObjectId> = ids_at(ids, n, "fp_get")?
-            .iter()
-            .map(|&i| i.into())
-            .collect();
-        if n > 0 && out.is_null() {
-            return Err(invalid("fp_get: out is NULL"));
+    guard(|| get_into(c, ids, n, timeout_ms, out, std::ptr::null_mut(), "fp_get"))
+}
+
+/// `fp_get`, and where each object's data and metadata lie: `views[i]`
+/// becomes what `fp_buffer_data`, `fp_buffer_size`, `fp_buffer_metadata`
+/// and `fp_buffer_metadata_size` of `out[i]` return (all zero for a NULL
+/// `out[i]`), without four calls per object. `views` may be NULL.
+///
+/// # Safety
+/// As `fp_get`; `views` is NULL or has room for `n` views.
+#[no_mangle]
+pub unsafe extern "C" fn fp_get_views(
+    c: *const fp_client,
+    ids: *const fp_object_id,
+    n: usize,
+    timeout_ms: i64,
+    out: *mut *mut fp_buffer,
+    views: *mut fp_buffer_view,
+) -> fp_status {
+    guard(|| get_into(c, ids, n, timeout_ms, out, views, "fp_get_views"))
+}
+
+/// The body of `fp_get` and `fp_get_views`.
+fn get_into(
+    c: *const fp_client,
+    ids: *const fp_object_id,
+    n: usize,
+    timeout_ms: i64,
+    out: *mut *mut fp_buffer,
+    views: *mut fp_buffer_view,
+    call: &str,
+) -> Result<(), CapiError> {
+    let cl = client(c, call)?;
+    let ids: Vec<ObjectId> = ids_at(ids, n, call)?.iter().map(|&i| i.into()).collect();
+    if n > 0 && out.is_null() {
+        return Err(invalid(format!("{call}: out is NULL")));
+    }
+    let got = cl.get(&ids, timeout(timeout_ms))?;
+    for (i, b) in got.into_iter().enumerate() {
+        if !views.is_null() {
+            let v = b.as_ref().map_or(fp_buffer_view::NONE, fp_buffer_view::of);
+            // Safety: `views` has room for `n` views, i < n.
+            unsafe { views.add(i).write(v) };
         }
-        let got = cl.get(&ids, timeout(timeout_ms))?;
-        for (i, b) in got.into_iter().enumerate() {
-            let p = b.map_or(std::ptr::null_mut(), handle::make::<fp_buffer>);
-            // Safety: `out` has room for `n` pointers, i < n.
-            unsafe { out.add(i).write(p) };
-        }
-        Ok(())
-    })
+        let p = b.map_or(std::ptr::null_mut(), handle::make::<fp_buffer>);
+        // Safety: `out` has room for `n` pointers, i < n.
+        unsafe { out.add(i).write(p) };
+    }
+    Ok(())
 }
 
 /// Plasma's `Release`: references belong to buffers and end with

@@ -34,7 +34,7 @@ pub mod layout;
 pub mod status;
 pub mod subscription;
 
-pub use buffer::{fp_buffer, fp_mut_buffer};
+pub use buffer::{fp_buffer, fp_buffer_view, fp_mut_buffer};
 pub use client::{fp_client, fp_delete_status, fp_object_info, fp_stats};
 pub use id::fp_object_id;
 pub use layout::{fp_kind, fp_layout, fp_ndarray};

@@ -182,23 +182,34 @@ class PlasmaClient {
     if (object_buffers == nullptr) return Status::Invalid("Get: object_buffers is null");
     // Each result holds its own reference (the C library's buffer), given
     // back when its last buffer goes: no per-object books here.
-    std::vector<fp_object_id> ids = detail::ToC(object_ids);
-    std::vector<fp_buffer*> got(ids.size(), nullptr);
+    const size_t n = object_ids.size();
+    thread_local std::vector<fp_buffer*> got;  // reused: no allocation per Get
+    thread_local std::vector<fp_buffer_view> views;
+    got.assign(n, nullptr);
+    views.resize(n);
     {
       // Under the client's lock, as Plasma's Get: a Disconnect from another
       // thread waits for it.
       std::lock_guard<std::recursive_mutex> lock(impl_->mu);
       ARROW_RETURN_NOT_OK(impl_->Connected());
-      ARROW_RETURN_NOT_OK(detail::FromC(
-          fp_get(impl_->client, ids.data(), ids.size(), timeout_ms, got.data()), "Get"));
+      ARROW_RETURN_NOT_OK(detail::FromC(fp_get_views(impl_->client, detail::AsC(object_ids.data()),
+                                                     n, timeout_ms, got.data(), views.data()),
+                                        "Get"));
     }
-    std::vector<ObjectBuffer> out(ids.size());
-    for (size_t i = 0; i < got.size(); i++) {
+    std::vector<ObjectBuffer> out(n);
+    for (size_t i = 0; i < n; i++) {
       if (got[i] == nullptr) continue;
+      const fp_buffer_view& v = views[i];
       auto pair = std::allocate_shared<detail::BufferPair>(
-          detail::CachedAllocator<detail::BufferPair>(), got[i]);
-      out[i].data = std::shared_ptr<Buffer>(pair, &pair->data);
-      out[i].metadata = std::shared_ptr<Buffer>(pair, &pair->metadata);
+          detail::CachedAllocator<detail::BufferPair>(), got[i], v);
+      if (v.metadata_size == 0) {
+        out[i].metadata = detail::EmptyMetadata();
+      } else {
+        pair->metadata.emplace(v.metadata, static_cast<int64_t>(v.metadata_size),
+                               detail::CpuMemoryManager());
+        out[i].metadata = std::shared_ptr<Buffer>(pair, &*pair->metadata);
+      }
+      out[i].data = std::shared_ptr<Buffer>(std::move(pair), &pair->data);
     }
     *object_buffers = std::move(out);
     return Status::OK();

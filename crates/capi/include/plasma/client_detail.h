@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -138,21 +140,52 @@ class ClientState : public std::enable_shared_from_this<ClientState> {
   }
 };
 
-/// A Get's data and metadata buffers, made in one allocation (the
-/// ObjectBuffer's two shared_ptrs share it), and the C library's buffer
-/// behind them: the store's reference, given back when both are gone.
+/// The CPU memory manager every buffer here names, without counting
+/// references: a shared_ptr with no owner pointing at Arrow's default CPU
+/// memory manager, which a reference kept here (never dropped) keeps alive
+/// to the end of the process. Buffer(data, size) would instead call
+/// arrow::default_cpu_memory_manager() out of line and count a reference
+/// up and down, atomically, per buffer.
+inline std::shared_ptr<arrow::MemoryManager> CpuMemoryManager() {
+  static const auto* const kept =
+      new std::shared_ptr<arrow::MemoryManager>(arrow::default_cpu_memory_manager());
+  return std::shared_ptr<arrow::MemoryManager>(std::shared_ptr<arrow::MemoryManager>(),
+                                               kept->get());
+}
+
+/// The metadata buffer of every object that has none: one empty buffer,
+/// never freed, handed out without ownership (a shared_ptr that counts no
+/// references), so that such an object costs one arrow::Buffer and no
+/// atomic operation for its metadata.
+inline std::shared_ptr<arrow::Buffer> EmptyMetadata() {
+  static const uint8_t nothing = 0;
+  static arrow::Buffer* const empty = new arrow::Buffer(&nothing, 0, CpuMemoryManager());
+  return std::shared_ptr<arrow::Buffer>(std::shared_ptr<arrow::Buffer>(), empty);
+}
+
+/// A Get's data buffer (and metadata buffer, if the object has metadata),
+/// made in one allocation (the ObjectBuffer's shared_ptrs share it), and
+/// the C library's buffer behind them: the store's reference, given back
+/// when the last of them goes.
 struct BufferPair {
-  explicit BufferPair(fp_buffer* held)
-      : data(fp_buffer_data(held), static_cast<int64_t>(fp_buffer_size(held))),
-        metadata(fp_buffer_metadata(held), static_cast<int64_t>(fp_buffer_metadata_size(held))),
-        held(held) {}
+  BufferPair(fp_buffer* held, const fp_buffer_view& view)
+      : data(view.data, static_cast<int64_t>(view.size), CpuMemoryManager()), held(held) {}
   ~BufferPair() { fp_buffer_release(held); }
   BufferPair(const BufferPair&) = delete;
   BufferPair& operator=(const BufferPair&) = delete;
   arrow::Buffer data;
-  arrow::Buffer metadata;
+  std::optional<arrow::Buffer> metadata;
   fp_buffer* held;
 };
+
+/// ObjectID and fp_object_id are both 20 bytes and nothing else, so a
+/// vector of ids goes to the C library as it lies, without a copy.
+static_assert(sizeof(ObjectID) == sizeof(fp_object_id) && alignof(ObjectID) == 1 &&
+                  std::is_standard_layout_v<ObjectID> && std::is_trivially_copyable_v<ObjectID>,
+              "ObjectID must have fp_object_id's layout");
+inline const fp_object_id* AsC(const ObjectID* ids) {
+  return reinterpret_cast<const fp_object_id*>(ids);
+}
 
 /// Freed blocks of the one size Get's buffers take, kept per thread for
 /// the next Get (up to 4096): a batched get of 1,000 objects then

@@ -125,6 +125,22 @@ static void batched_get_and_list(fp_client *c) {
     }
     CHECK(bufs[N] == NULL);
 
+    /* fp_get_views: the same buffers, and each one's parts without a call. */
+    fp_buffer_view views[N + 1];
+    memset(views, 0xff, sizeof views);
+    EXPECT(fp_get_views(c, asked, N + 1, 50, bufs, views), FP_OK);
+    for (int i = 0; i < N; i++) {
+        CHECK(bufs[i] != NULL);
+        CHECK(views[i].data == fp_buffer_data(bufs[i]) && views[i].size == 8);
+        CHECK(views[i].metadata == fp_buffer_metadata(bufs[i]) && views[i].metadata_size == 0);
+        fp_buffer_release(bufs[i]);
+    }
+    CHECK(bufs[N] == NULL && views[N].data == NULL && views[N].size == 0 &&
+          views[N].metadata == NULL && views[N].metadata_size == 0);
+    EXPECT(fp_get_views(c, asked, 1, 0, bufs, NULL), FP_OK); /* views are optional */
+    fp_buffer_release(bufs[0]);
+    EXPECT(fp_get_views(c, asked, 1, 0, NULL, views), FP_INVALID_ARGUMENT);
+
     fp_object_info *infos = NULL;
     size_t n = 0;
     EXPECT(fp_list(c, &infos, &n), FP_OK);

@@ -329,6 +329,28 @@ TEST_F(TestPlasmaStore, GetReturnsDataAndMetadataThatKeepTheObjectInUse) {
   EXPECT_FALSE(Has(client_, id)) << "released with its last buffer, then deleted";
 }
 
+TEST_F(TestPlasmaStore, GetBuffersAreCpuArrowBuffersAndNoMetadataIsAnEmptyBuffer) {
+  ObjectID id = random_object_id();
+  CreateObject(client_, id, {}, {7, 8, 9});
+  std::vector<ObjectBuffer> bufs;
+  CHECK_OK(client_.Get({id}, -1, &bufs));
+  ASSERT_TRUE(bufs[0].data);
+  ASSERT_TRUE(bufs[0].metadata) << "an object without metadata has an empty metadata buffer";
+  EXPECT_EQ(bufs[0].metadata->size(), 0);
+  const auto& data = bufs[0].data;
+  EXPECT_TRUE(data->is_cpu());
+  ASSERT_TRUE(data->memory_manager());
+  EXPECT_TRUE(data->memory_manager()->is_cpu());
+  auto slice = arrow::SliceBuffer(data, 1, 2);
+  EXPECT_EQ(Bytes(slice), (std::vector<uint8_t>{8, 9}));
+  const uint8_t expected[] = {8, 9};
+  EXPECT_TRUE(slice->Equals(arrow::Buffer(expected, 2)));
+  bufs.clear();
+  EXPECT_TRUE(InUseThenDelete(id)) << "a slice keeps the object in use";
+  slice.reset();
+  EXPECT_FALSE(Has(client_, id));
+}
+
 TEST_F(TestPlasmaStore, TheOlderGetNeedsAReleasePerCall) {
   ObjectID id = random_object_id();
   {
