@@ -188,46 +188,78 @@ NATIVE(void, createAndSeal)(JNIEnv *env, jclass cls, jlong c, jbyteArray id, jby
   fail(env, st);
 }
 
-/* Checks that `ids` packs `n` ids; returns their bytes (free with put_bytes). */
-static int packed_ids(JNIEnv *env, jbyteArray ids, jint n, bytes *out) {
+/* Copies the `n` ids packed in `ids` into `small` (room for SMALL ids) or,
+ * for more, a malloc'd array (free it with free_ids). GetByteArrayRegion
+ * rather than GetByteArrayElements: no allocation for a few ids. */
+enum { SMALL = 16 };
+
+static fp_object_id *read_ids(JNIEnv *env, jbyteArray ids, jint n, fp_object_id *small) {
   if (ids == NULL || n < 0 || (*env)->GetArrayLength(env, ids) != (jsize)n * ID_SIZE) {
     invalid(env, "ids must be 20 bytes each");
-    return 0;
+    return NULL;
   }
-  return get_bytes(env, ids, out);
+  fp_object_id *out = n <= SMALL ? small : malloc(sizeof(fp_object_id) * (size_t)n);
+  if (out == NULL) {
+    invalid(env, "out of memory");
+    return NULL;
+  }
+  (*env)->GetByteArrayRegion(env, ids, 0, n * ID_SIZE, (jbyte *)out);
+  return out;
 }
 
+static void free_ids(fp_object_id *ids, const fp_object_id *small) {
+  if (ids != small) free(ids);
+}
+
+/* out[i]: buffer i's handle (0: not sealed in time); parts[4i..4i+3]: its
+ * data address and size, metadata address and size (fp_get_views). */
 NATIVE(void, get)(JNIEnv *env, jclass cls, jlong c, jbyteArray ids, jint n, jlong timeout_ms,
-                  jlongArray out) {
+                  jlongArray out, jlongArray parts) {
   (void)cls;
-  if (out == NULL || (*env)->GetArrayLength(env, out) < n) {
+  if (out == NULL || parts == NULL || (*env)->GetArrayLength(env, out) < n ||
+      (*env)->GetArrayLength(env, parts) / 4 < n) {
     invalid(env, "no room for the buffers");
     return;
   }
-  bytes b;
-  if (!packed_ids(env, ids, n, &b)) return;
-  fp_buffer *small[64];
-  fp_buffer **bufs = n <= 64 ? small : malloc(sizeof(fp_buffer *) * (size_t)n);
-  if (bufs == NULL) {
-    put_bytes(env, ids, &b);
+  fp_object_id small_ids[SMALL];
+  fp_object_id *oids = read_ids(env, ids, n, small_ids);
+  if (oids == NULL) return;
+  fp_buffer *small_bufs[SMALL];
+  fp_buffer_view small_views[SMALL];
+  jlong small_h[SMALL * 5];
+  int big = n > SMALL;
+  fp_buffer **bufs = big ? malloc(sizeof(fp_buffer *) * (size_t)n) : small_bufs;
+  fp_buffer_view *views = big ? malloc(sizeof(fp_buffer_view) * (size_t)n) : small_views;
+  jlong *h = big ? malloc(sizeof(jlong) * (size_t)n * 5) : small_h;
+  if (bufs == NULL || views == NULL || h == NULL) {
+    free_ids(oids, small_ids);
+    if (big) {
+      free(bufs);
+      free(views);
+      free(h);
+    }
     invalid(env, "out of memory");
     return;
   }
-  fp_status st = fp_get(C(c), (const fp_object_id *)b.p, (size_t)n, timeout_ms, bufs);
-  put_bytes(env, ids, &b);
+  fp_status st = fp_get_views(C(c), oids, (size_t)n, timeout_ms, bufs, views);
+  free_ids(oids, small_ids);
   if (!fail(env, st)) {
-    jlong small_h[64];
-    jlong *h = n <= 64 ? small_h : malloc(sizeof(jlong) * (size_t)n);
-    if (h == NULL) {
-      for (jint i = 0; i < n; i++) fp_buffer_release(bufs[i]);
-      invalid(env, "out of memory");
-    } else {
-      for (jint i = 0; i < n; i++) h[i] = H(bufs[i]);
-      (*env)->SetLongArrayRegion(env, out, 0, n, h);
-      if (h != small_h) free(h);
+    jlong *p = h + n;
+    for (jint i = 0; i < n; i++) {
+      h[i] = H(bufs[i]);
+      p[4 * i] = H(views[i].data);
+      p[4 * i + 1] = (jlong)views[i].size;
+      p[4 * i + 2] = H(views[i].metadata);
+      p[4 * i + 3] = (jlong)views[i].metadata_size;
     }
+    (*env)->SetLongArrayRegion(env, out, 0, n, h);
+    (*env)->SetLongArrayRegion(env, parts, 0, 4 * n, p);
   }
-  if (bufs != small) free(bufs);
+  if (big) {
+    free(bufs);
+    free(views);
+    free(h);
+  }
 }
 
 /* out: data address, data size, metadata address, metadata size. */
@@ -273,10 +305,11 @@ NATIVE(jboolean, contains)(JNIEnv *env, jclass cls, jlong c, jbyteArray id, jboo
 
 NATIVE(void, delete)(JNIEnv *env, jclass cls, jlong c, jbyteArray ids, jint n) {
   (void)cls;
-  bytes b;
-  if (!packed_ids(env, ids, n, &b)) return;
-  fp_status st = fp_delete(C(c), (const fp_object_id *)b.p, (size_t)n, NULL);
-  put_bytes(env, ids, &b);
+  fp_object_id small_ids[SMALL];
+  fp_object_id *oids = read_ids(env, ids, n, small_ids);
+  if (oids == NULL) return;
+  fp_status st = fp_delete(C(c), oids, (size_t)n, NULL);
+  free_ids(oids, small_ids);
   fail(env, st);
 }
 

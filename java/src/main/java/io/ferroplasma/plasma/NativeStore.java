@@ -68,7 +68,8 @@ final class NativeStore {
 
   static native void createAndSeal(long client, byte[] id, byte[] data, byte[] metadata);
 
-  static native void get(long client, byte[] packedIds, int n, long timeoutMs, long[] out);
+  static native void get(
+      long client, byte[] packedIds, int n, long timeoutMs, long[] out, long[] parts);
 
   static native void bufferParts(long buffer, long[] out);
 

@@ -270,11 +270,12 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
   public StoreBuffer[] getBuffers(byte[][] objectIds, long timeoutMs) {
     int n = objectIds.length;
     long[] handles = new long[n];
-    NativeStore.get(live(), pack(objectIds), n, timeoutMs, handles);
+    long[] parts = new long[4 * n];
+    NativeStore.get(live(), pack(objectIds), n, timeoutMs, handles, parts);
     StoreBuffer[] out = new StoreBuffer[n];
     for (int i = 0; i < n; i++) {
       if (handles[i] != 0) {
-        out[i] = new StoreBuffer(handles[i], objectIds[i].clone());
+        out[i] = new StoreBuffer(handles[i], objectIds[i].clone(), parts, 4 * i);
       }
     }
     return out;

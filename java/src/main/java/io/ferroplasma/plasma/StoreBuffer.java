@@ -19,14 +19,23 @@ public final class StoreBuffer implements AutoCloseable {
   private final long metadataSize;
 
   StoreBuffer(long handle, byte[] id) {
-    long[] parts = new long[4];
-    NativeStore.bufferParts(handle, parts);
+    this(handle, id, parts(handle), 0);
+  }
+
+  /** A buffer whose parts the get returned: {@code parts[at..at+3]}. */
+  StoreBuffer(long handle, byte[] id, long[] parts, int at) {
     this.handle = new AtomicLong(handle);
     this.id = id;
-    this.address = parts[0];
-    this.size = parts[1];
-    this.metadataAddress = parts[2];
-    this.metadataSize = parts[3];
+    this.address = parts[at];
+    this.size = parts[at + 1];
+    this.metadataAddress = parts[at + 2];
+    this.metadataSize = parts[at + 3];
+  }
+
+  private static long[] parts(long handle) {
+    long[] parts = new long[4];
+    NativeStore.bufferParts(handle, parts);
+    return parts;
   }
 
   /** The object's id (20 bytes; a copy). */
