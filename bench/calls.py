@@ -218,6 +218,7 @@ def plot(figures: dict[str, dict[str, float]], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(1, len(MEASURES), figsize=(16, 4.2))
     names = list(figures)
@@ -226,6 +227,8 @@ def plot(figures: dict[str, dict[str, float]], path: Path) -> None:
         colors = ["#999999" if n.startswith("Plasma") else "#d9541e" for n in names]
         ax.barh(names, values, color=colors)
         ax.set_xscale("log")
+        ax.set_xlim(min(values) / 3, max(values) * 2)
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(LABELS[m], fontsize=10)
         ax.invert_yaxis()
         if m != MEASURES[0]:
