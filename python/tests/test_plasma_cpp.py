@@ -32,6 +32,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "crates" / "capi" / "tests" / "cpp" / "plasma_client_test.cc"
 TUTORIAL = ROOT / "crates" / "capi" / "tests" / "cpp" / "plasma_tutorial.cc"
+LIFETIMES = ROOT / "crates" / "capi" / "tests" / "cpp" / "plasma_lifetimes.cc"
 C_OUT = ROOT / "target" / "c"
 PLASMA = ROOT / "target" / "plasma-cpp" / "pyarrow"
 GTEST_SRC = Path("/usr/src/googletest/googletest")
@@ -156,3 +157,31 @@ def test_a_plasma_style_program_builds_unchanged_and_prints_the_same(tmp):
     )
     assert got == want
     assert "read: hello, plasma [text/plain]" in got and "again: exists=1" in got
+
+
+def test_buffers_and_clients_live_as_long_as_their_uses_under_a_sanitizer(tmp):
+    """crates/capi/tests/cpp/plasma_lifetimes.cc under AddressSanitizer and
+    UBSan: a Get racing a Disconnect, buffers that outlive their thread and
+    main. A use after free anywhere fails the run."""
+    binary = tmp / "lifetimes"
+    flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover"]
+    cmd = ["c++", "-std=c++20", "-O1", "-g", *flags, str(LIFETIMES), "-o", str(binary)]
+    compile_cmd([*cmd, *ferroplasma_flags(), "-pthread"], tmp)
+    sock = tmp / "lifetimes.sock"
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0:abort_on_error=0")
+    proc = subprocess.Popen(
+        [str(FERROPLASMA), "store", "--socket", str(sock), "--memory", "10000000"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        done = subprocess.run(
+            [str(binary), str(sock)], capture_output=True, text=True, timeout=60, env=env
+        )
+    finally:
+        proc.kill()
+        proc.wait()
+    assert done.returncode == 0 and done.stdout == "ok\n", done.stdout + done.stderr[-4000:]

@@ -181,7 +181,9 @@ class PlasmaClient {
              std::vector<ObjectBuffer>* object_buffers) {
     if (object_buffers == nullptr) return Status::Invalid("Get: object_buffers is null");
     // Each result holds its own reference (the C library's buffer), given
-    // back when its last buffer goes: no per-object books here.
+    // back when its data buffer and its metadata buffer are gone: no
+    // per-object books here. (An object without metadata gets one shared
+    // empty metadata buffer that holds nothing: it has no bytes to keep.)
     const size_t n = object_ids.size();
     thread_local std::vector<fp_buffer*> got;  // reused: no allocation per Get
     thread_local std::vector<fp_buffer_view> views;
@@ -210,6 +212,10 @@ class PlasmaClient {
         out[i].metadata = std::shared_ptr<Buffer>(pair, &*pair->metadata);
       }
       out[i].data = std::shared_ptr<Buffer>(std::move(pair), &pair->data);
+    }
+    if (n > 4096) {  // a huge batch: do not keep its scratch for the thread's life
+      std::vector<fp_buffer*>().swap(got);
+      std::vector<fp_buffer_view>().swap(views);
     }
     *object_buffers = std::move(out);
     return Status::OK();

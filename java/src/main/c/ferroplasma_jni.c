@@ -170,21 +170,33 @@ NATIVE(void, abort)(JNIEnv *env, jclass cls, jlong c, jlong m) {
   fail(env, fp_abort(C(c), M(m)));
 }
 
+/* Objects up to this size go in one message (fp_create_and_seal), copied
+ * out of the Java array on the stack; larger ones are created and copied
+ * straight into the store (one copy, no temporary). */
+#define SMALL_PUT 4096
+
 NATIVE(void, createAndSeal)(JNIEnv *env, jclass cls, jlong c, jbyteArray id, jbyteArray data,
                             jbyteArray meta) {
   (void)cls;
   fp_object_id oid;
   if (!read_id(env, id, &oid)) return;
-  bytes d, m;
-  if (!get_bytes(env, data, &d)) return;
-  if (!get_bytes(env, meta, &m)) {
-    put_bytes(env, data, &d);
-    return;
+  jsize n = data ? (*env)->GetArrayLength(env, data) : 0;
+  bytes m;
+  if (!get_bytes(env, meta, &m)) return;
+  fp_status st;
+  if (n <= SMALL_PUT) {
+    uint8_t small[SMALL_PUT];
+    if (n > 0) (*env)->GetByteArrayRegion(env, data, 0, n, (jbyte *)small);
+    st = fp_create_and_seal(C(c), &oid, small, (size_t)n, (const uint8_t *)m.p, (size_t)m.n);
+  } else {
+    fp_mut_buffer *draft = NULL;
+    st = fp_create(C(c), &oid, (uint64_t)n, (const uint8_t *)m.p, (size_t)m.n, &draft);
+    if (st == FP_OK) {
+      (*env)->GetByteArrayRegion(env, data, 0, n, (jbyte *)fp_mut_buffer_data(draft));
+      st = fp_seal(C(c), draft, NULL);
+    }
   }
-  fp_status st = fp_create_and_seal(C(c), &oid, (const uint8_t *)d.p, (size_t)d.n,
-                                    (const uint8_t *)m.p, (size_t)m.n);
   put_bytes(env, meta, &m);
-  put_bytes(env, data, &d);
   fail(env, st);
 }
 
@@ -194,7 +206,8 @@ NATIVE(void, createAndSeal)(JNIEnv *env, jclass cls, jlong c, jbyteArray id, jby
 enum { SMALL = 16 };
 
 static fp_object_id *read_ids(JNIEnv *env, jbyteArray ids, jint n, fp_object_id *small) {
-  if (ids == NULL || n < 0 || (*env)->GetArrayLength(env, ids) != (jsize)n * ID_SIZE) {
+  if (ids == NULL || n < 0 || n > INT32_MAX / ID_SIZE ||
+      (*env)->GetArrayLength(env, ids) != (jsize)((int64_t)n * ID_SIZE)) {
     invalid(env, "ids must be 20 bytes each");
     return NULL;
   }

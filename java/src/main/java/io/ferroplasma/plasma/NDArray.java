@@ -9,6 +9,7 @@ import java.nio.ByteOrder;
  * StoreBuffer} it came from is open.
  */
 public final class NDArray {
+  private final StoreBuffer owner;
   private final String typestr;
   private final long itemSize;
   private final long[] shape;
@@ -16,7 +17,15 @@ public final class NDArray {
   private final long address;
   private final long size;
 
-  NDArray(String typestr, long itemSize, long[] shape, boolean fortran, long address, long size) {
+  NDArray(
+      StoreBuffer owner,
+      String typestr,
+      long itemSize,
+      long[] shape,
+      boolean fortran,
+      long address,
+      long size) {
+    this.owner = owner;
     this.typestr = typestr;
     this.itemSize = itemSize;
     this.shape = shape;
@@ -55,9 +64,13 @@ public final class NDArray {
     return size;
   }
 
-  /** The data: a read-only view of the store, in the array's byte order. */
+  /**
+   * The data: a read-only view of the store, in the array's byte order (at most 2 GiB: see {@link
+   * #address()}).
+   */
   public ByteBuffer data() {
-    ByteBuffer b = NativeStore.wrap(address, size).asReadOnlyBuffer();
+    owner.live();
+    ByteBuffer b = StoreBuffer.readOnlyView(address, size);
     return b.order(typestr.startsWith(">") ? ByteOrder.BIG_ENDIAN : ByteOrder.LITTLE_ENDIAN);
   }
 }

@@ -9,6 +9,8 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.LongFunction;
 
 /**
  * A client of a ferroplasma store, in the shape of Plasma's Java client ({@code
@@ -20,9 +22,10 @@ import java.util.Map;
  * {@link #create}) hand out views of shared memory; the copying ones ({@link #get(byte[][], int,
  * boolean)}) return {@code byte[]}s.
  *
- * <p>A client may be used from several threads. {@link #close()} it when done (or use
+ * <p>A client may be used from several threads; {@link #close()} waits for calls in progress on
+ * other threads (a get waiting without a timeout keeps it waiting). Close it when done (or use
  * try-with-resources): it aborts objects still being created and gives back every reference it
- * holds.
+ * holds by id.
  *
  * <pre>{@code
  * try (PlasmaClient client = new PlasmaClient("/tmp/plasma")) {
@@ -34,6 +37,13 @@ import java.util.Map;
  */
 public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
   private volatile long handle;
+  /**
+   * Calls hold the read side while they use the C library's client; {@link #close()} takes the
+   * write side, so it waits for calls in progress on other threads before disconnecting.
+   */
+  private final ReentrantReadWriteLock inUse = new ReentrantReadWriteLock();
+  /** Ids this client read with a copying get lately, whose {@code release} Plasma code sends. */
+  private final RecentIds copied = new RecentIds(4096);
   /** Objects this client is creating: id → the C library's draft handle. */
   private final Map<ByteBuffer, Long> drafts = new HashMap<>();
   /** References this client holds by id (from seal and getObjAsByteBuffer), released by id. */
@@ -103,15 +113,24 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
    */
   @Override
   public void put(byte[] objectId, byte[] value, byte[] metadata) {
-    NativeStore.createAndSeal(live(), objectId, value, metadata);
+    run(h -> NativeStore.createAndSeal(h, objectId, value, metadata));
   }
 
   @Override
   public List<byte[]> get(byte[][] objectIds, int timeoutMs, boolean isMetadata) {
     StoreBuffer[] bufs = getBuffers(objectIds, timeoutMs);
     List<byte[]> out = new ArrayList<>(bufs.length);
-    for (StoreBuffer b : bufs) {
-      out.add(b == null ? null : copy(b, isMetadata));
+    for (int i = 0; i < bufs.length; i++) {
+      if (bufs[i] == null) {
+        out.add(null);
+        continue;
+      }
+      copied.add(objectIds[i]);
+      try (StoreBuffer buf = bufs[i]) {
+        ByteBuffer part = isMetadata ? buf.metadata() : buf.data();
+        // As Plasma: no metadata is null, not an empty array.
+        out.add(isMetadata && !part.hasRemaining() ? null : copyOf(part));
+      }
     }
     return out;
   }
@@ -120,12 +139,13 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
   public List<ObjectStoreData> get(byte[][] objectIds, int timeoutMs) {
     StoreBuffer[] bufs = getBuffers(objectIds, timeoutMs);
     List<ObjectStoreData> out = new ArrayList<>(bufs.length);
-    for (StoreBuffer b : bufs) {
-      if (b == null) {
+    for (int i = 0; i < bufs.length; i++) {
+      if (bufs[i] == null) {
         out.add(new ObjectStoreData(null, null));
         continue;
       }
-      try (StoreBuffer buf = b) {
+      copied.add(objectIds[i]);
+      try (StoreBuffer buf = bufs[i]) {
         byte[] meta = buf.metadata().remaining() == 0 ? null : copyOf(buf.metadata());
         out.add(new ObjectStoreData(meta, copyOf(buf.data())));
       }
@@ -134,9 +154,9 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
   }
 
   /**
-   * Plasma's zero-copy get: the object's data (or metadata) as a read-only view of the store, or
-   * {@code null} if it was not sealed in time. The client holds the object until {@link
-   * #release(byte[])} of its id (Plasma's client let it go at once, leaving the view dangling).
+   * Plasma's zero-copy get: the object's data (or metadata; {@code null} if it has none) as a
+   * read-only view of the store, or {@code null} if it was not sealed in time. As in Plasma, the
+   * client holds the object until {@link #release(byte[])} of its id.
    */
   public ByteBuffer getObjAsByteBuffer(byte[] objectId, int timeoutMs, boolean isMetadata) {
     StoreBuffer b = getBuffers(new byte[][] {objectId}, timeoutMs)[0];
@@ -144,7 +164,11 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
       return null;
     }
     hold(objectId, new Held(b, false));
-    return isMetadata ? b.metadata() : b.data();
+    if (isMetadata) {
+      ByteBuffer m = b.metadata();
+      return m.hasRemaining() ? m : null; // as Plasma: no metadata is null
+    }
+    return b.data();
   }
 
   @Override
@@ -160,7 +184,7 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
 
   @Override
   public List<byte[]> list() {
-    byte[] packed = NativeStore.list(live(), null);
+    byte[] packed = call(h -> NativeStore.list(h, null));
     List<byte[]> ids = new ArrayList<>(packed.length / 20);
     for (int i = 0; i < packed.length; i += 20) {
       byte[] id = new byte[20];
@@ -172,7 +196,7 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
 
   @Override
   public long evict(long numBytes) {
-    return NativeStore.evict(live(), numBytes);
+    return call(h -> NativeStore.evict(h, numBytes));
   }
 
   /**
@@ -183,7 +207,7 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
    * @throws PlasmaOutOfMemoryException if there is no room
    */
   public ByteBuffer create(byte[] objectId, int size, byte[] metadata) {
-    long draft = NativeStore.create(live(), objectId, size, metadata);
+    long draft = call(h -> NativeStore.create(h, objectId, size, metadata));
     synchronized (this) {
       drafts.put(key(objectId), draft);
     }
@@ -196,13 +220,14 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
    */
   public void seal(byte[] objectId) {
     long draft = takeDraft(objectId, "seal");
-    long buffer = NativeStore.seal(live(), draft, true);
+    long buffer = call(h -> NativeStore.seal(h, draft, true));
     hold(objectId, new Held(new StoreBuffer(buffer, objectId.clone()), true));
   }
 
   /** Discards an object this client is creating; its id becomes free again. */
   public void abort(byte[] objectId) {
-    NativeStore.abort(live(), takeDraft(objectId, "abort"));
+    long draft = takeDraft(objectId, "abort");
+    run(h -> NativeStore.abort(h, draft));
   }
 
   /**
@@ -224,14 +249,17 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
       }
     }
     if (h == null) {
-      NativeStore.releaseId(live(), objectId); // FP_NOT_HELD unless a StoreBuffer holds it
+      if (copied.remove(objectId)) {
+        return; // Plasma's get held the object until this release; the copying get held nothing
+      }
+      run(c -> NativeStore.releaseId(c, objectId)); // FP_NOT_HELD unless a StoreBuffer holds it
       return;
     }
     h.buffer.close();
     if (h.creator) {
       // The C library remembers that the creator's reference ended with its buffer and takes an
       // explicit release of it as a no-op; this is that release, so a second one is an error.
-      NativeStore.releaseId(live(), objectId);
+      run(c -> NativeStore.releaseId(c, objectId));
     }
   }
 
@@ -252,7 +280,7 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
         return true;
       }
     }
-    return NativeStore.contains(live(), objectId, true);
+    return call(h -> NativeStore.contains(h, objectId, true));
   }
 
   /** Closes the connection: Plasma's disconnect, the same as {@link #close()}. */
@@ -271,7 +299,8 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
     int n = objectIds.length;
     long[] handles = new long[n];
     long[] parts = new long[4 * n];
-    NativeStore.get(live(), pack(objectIds), n, timeoutMs, handles, parts);
+    byte[] packed = pack(objectIds);
+    run(h -> NativeStore.get(h, packed, n, timeoutMs, handles, parts));
     StoreBuffer[] out = new StoreBuffer[n];
     for (int i = 0; i < n; i++) {
       if (handles[i] != 0) {
@@ -288,17 +317,18 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
 
   /** Deletes several objects in one call. */
   public void delete(byte[][] objectIds) {
-    NativeStore.delete(live(), pack(objectIds), objectIds.length);
+    byte[] packed = pack(objectIds);
+    run(h -> NativeStore.delete(h, packed, objectIds.length));
   }
 
   /** Whether the object is sealed in the store, false once a delete of it is pending. */
   public boolean containsSealed(byte[] objectId) {
-    return NativeStore.contains(live(), objectId, false);
+    return call(h -> NativeStore.contains(h, objectId, false));
   }
 
   /** The store's capacity in bytes. */
   public long capacity() {
-    return NativeStore.capacity(live());
+    return call(NativeStore::capacity);
   }
 
   /**
@@ -308,32 +338,69 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
    */
   @Override
   public void close() {
-    long h;
-    List<Long> toAbort;
-    List<StoreBuffer> toRelease = new ArrayList<>();
-    synchronized (this) {
-      h = handle;
-      if (h == 0) {
-        return;
+    inUse.writeLock().lock(); // waits for calls in progress on other threads
+    try {
+      long h;
+      List<Long> toAbort;
+      List<StoreBuffer> toRelease = new ArrayList<>();
+      synchronized (this) {
+        h = handle;
+        if (h == 0) {
+          return;
+        }
+        handle = 0;
+        toAbort = new ArrayList<>(drafts.values());
+        drafts.clear();
+        held.values().forEach(q -> q.forEach(x -> toRelease.add(x.buffer)));
+        held.clear();
       }
-      handle = 0;
-      toAbort = new ArrayList<>(drafts.values());
-      drafts.clear();
-      held.values().forEach(q -> q.forEach(x -> toRelease.add(x.buffer)));
-      held.clear();
-    }
-    for (long draft : toAbort) {
       try {
-        NativeStore.abort(h, draft);
-      } catch (PlasmaClientException e) {
-        // The store aborts a leaving client's drafts anyway.
+        for (long draft : toAbort) {
+          try {
+            NativeStore.abort(h, draft);
+          } catch (PlasmaClientException e) {
+            // The store aborts a leaving client's drafts anyway.
+          }
+        }
+        for (StoreBuffer b : toRelease) {
+          try {
+            b.close();
+          } catch (PlasmaClientException e) {
+            // Closed already by its user: nothing held.
+          }
+        }
+      } finally {
+        NativeStore.disconnect(h);
       }
+    } finally {
+      inUse.writeLock().unlock();
     }
-    toRelease.forEach(StoreBuffer::close);
-    NativeStore.disconnect(h);
   }
 
   // helpers ------------------------------------------------------------------
+
+  /** Runs {@code f} on the live client, which {@link #close()} cannot free meanwhile. */
+  private <T> T call(LongFunction<T> f) {
+    inUse.readLock().lock();
+    try {
+      return f.apply(live());
+    } finally {
+      inUse.readLock().unlock();
+    }
+  }
+
+  private interface ClientCall {
+    void run(long client);
+  }
+
+  private void run(ClientCall f) {
+    inUse.readLock().lock();
+    try {
+      f.run(live());
+    } finally {
+      inUse.readLock().unlock();
+    }
+  }
 
   long live() {
     long h = handle;
@@ -375,12 +442,6 @@ public class PlasmaClient implements ObjectStoreLink, AutoCloseable {
       System.arraycopy(id, 0, packed, i * 20, 20);
     }
     return packed;
-  }
-
-  private static byte[] copy(StoreBuffer b, boolean isMetadata) {
-    try (StoreBuffer buf = b) {
-      return copyOf(isMetadata ? buf.metadata() : buf.data());
-    }
   }
 
   private static byte[] copyOf(ByteBuffer view) {

@@ -8,7 +8,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * A sealed object in the store's shared memory, read in place: {@link #data()} and {@link
  * #metadata()} are views of the store's bytes, not copies. While it is open the object is neither
  * evicted nor freed (even if deleted); {@link #close()} gives the reference back, after which the
- * views must not be read. Use with try-with-resources.
+ * views must not be read. Use with try-with-resources: a buffer never closed keeps its object in
+ * the store until the client disconnects.
  */
 public final class StoreBuffer implements AutoCloseable {
   private final AtomicLong handle;
@@ -64,12 +65,12 @@ public final class StoreBuffer implements AutoCloseable {
   }
 
   /** An 8-byte digest of data and metadata (BLAKE2b, the same as every other client's hash). */
-  public byte[] hash() {
+  public synchronized byte[] hash() {
     return NativeStore.hash(live());
   }
 
   /** Where the parts of an object Python (or {@code ArrowObjects}) stored lie. */
-  public ObjectLayout layout() {
+  public synchronized ObjectLayout layout() {
     long h = live();
     long[] head = new long[5];
     NativeStore.layout(h, head);
@@ -86,12 +87,12 @@ public final class StoreBuffer implements AutoCloseable {
   }
 
   /** The numpy array Python stored in this object ({@link ObjectLayout#NDARRAY}), in place. */
-  public NDArray ndarray() {
+  public synchronized NDArray ndarray() {
     long[] out = new long[5 + 32];
     String typestr = NativeStore.ndarray(live(), out);
     long[] shape = new long[(int) out[1]];
     System.arraycopy(out, 5, shape, 0, shape.length);
-    return new NDArray(typestr, out[0], shape, out[2] != 0, out[3], out[4]);
+    return new NDArray(this, typestr, out[0], shape, out[2] != 0, out[3], out[4]);
   }
 
   /** Whether {@link #close()} has run. */
@@ -101,7 +102,7 @@ public final class StoreBuffer implements AutoCloseable {
 
   /** Gives the object's reference back; a second close does nothing. */
   @Override
-  public void close() {
+  public synchronized void close() {
     long h = handle.getAndSet(0);
     if (h != 0) {
       NativeStore.release(h);
@@ -118,6 +119,11 @@ public final class StoreBuffer implements AutoCloseable {
 
   private ByteBuffer view(long at, long length) {
     live();
+    return readOnlyView(at, length);
+  }
+
+  /** A read-only ByteBuffer over {@code length} bytes at {@code at}: at most 2 GiB. */
+  static ByteBuffer readOnlyView(long at, long length) {
     if (length > Integer.MAX_VALUE) {
       throw new PlasmaClientException(
           "the object is " + length + " bytes, more than one ByteBuffer holds: use address()");

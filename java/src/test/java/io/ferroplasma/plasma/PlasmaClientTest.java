@@ -245,6 +245,45 @@ class PlasmaClientTest {
   }
 
   @Test
+  void plasmasGetThenReleaseStillWorksAndMissingMetadataIsNull() {
+    byte[] id = PlasmaClient.randomId();
+    client.put(id, new byte[] {1, 2}, null);
+    assertArrayEquals(new byte[] {1, 2}, client.get(id, 0, false));
+    assertNull(client.get(id, 0, true), "as Plasma: no metadata is null");
+    client.release(id); // what Plasma code sends after a get
+    client.release(id);
+    assertThrows(PlasmaClientException.class, () -> client.release(id), "one release per get");
+    assertNull(client.getObjAsByteBuffer(id, 0, true));
+    client.release(id);
+  }
+
+  @Test
+  void closeWaitsForAGetInProgressOnAnotherThread() throws Exception {
+    PlasmaClient c = new PlasmaClient(store.socket);
+    StoreBuffer[] got = new StoreBuffer[1];
+    Thread getter = new Thread(() -> got[0] = c.getBuffer(PlasmaClient.randomId(), 600));
+    getter.start();
+    Thread.sleep(100);
+    long t0 = System.nanoTime();
+    c.close();
+    long waitedMs = (System.nanoTime() - t0) / 1_000_000;
+    getter.join();
+    assertNull(got[0]);
+    assertTrue(waitedMs >= 300, "close returned after " + waitedMs + " ms, before the get ended");
+    assertThrows(PlasmaClientException.class, () -> c.getBuffer(PlasmaClient.randomId(), 0));
+  }
+
+  @Test
+  void anArraysDataIsRefusedOnceItsBufferIsClosed() {
+    byte[] id = PlasmaClient.randomId();
+    client.put(id, new byte[] {1}, null);
+    StoreBuffer buf = client.getBuffer(id, 0);
+    assertThrows(PlasmaClientException.class, buf::ndarray, "not a numpy array");
+    buf.close();
+    assertThrows(PlasmaClientException.class, buf::ndarray);
+  }
+
+  @Test
   void manyThreadsShareOneClient() throws Exception {
     ExecutorService pool = Executors.newFixedThreadPool(4);
     List<Future<?>> done = new ArrayList<>();

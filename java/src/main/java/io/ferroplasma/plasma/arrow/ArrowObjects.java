@@ -82,7 +82,9 @@ public final class ArrowObjects {
     ByteBuffer object = client.create(objectId, (int) total, null);
     boolean sealed = false;
     try {
+      // The whole header: the store does not clear memory it reuses.
       ByteBuffer header = object.duplicate().order(ByteOrder.LITTLE_ENDIAN);
+      header.put(new byte[HEADER]).position(0);
       header.put(new byte[] {'F', 'P', 'S', 'O', 1, 1}); // magic, version 1, kind: table
       header.putLong(16, HEADER).putLong(24, counter.bytes);
       Into into = new Into(object.duplicate().position(HEADER));
@@ -90,13 +92,18 @@ public final class ArrowObjects {
       if (into.dst.position() != total) {
         throw new IOException("the Arrow stream changed size between two writes of one batch");
       }
+      sealed = true; // from here the seal owns the draft, whatever it does
       client.seal(objectId);
-      sealed = true;
       client.release(objectId);
-    } finally {
+    } catch (IOException | RuntimeException e) {
       if (!sealed) {
-        client.abort(objectId);
+        try {
+          client.abort(objectId);
+        } catch (RuntimeException abortFailed) {
+          e.addSuppressed(abortFailed);
+        }
       }
+      throw e;
     }
   }
 

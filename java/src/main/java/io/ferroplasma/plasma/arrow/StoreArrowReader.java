@@ -28,6 +28,7 @@ public final class StoreArrowReader extends ArrowReader {
   private final ArrowBuf payload;
   private final long size;
   private long pos;
+  private boolean closed;
 
   StoreArrowReader(StoreBuffer buffer, BufferAllocator allocator) {
     super(allocator);
@@ -142,6 +143,9 @@ public final class StoreArrowReader extends ArrowReader {
 
   @Override
   protected void closeReadSource() {
-    payload.close();
+    if (!closed) { // ArrowReader calls this on every close()
+      closed = true;
+      payload.close();
+    }
   }
 }

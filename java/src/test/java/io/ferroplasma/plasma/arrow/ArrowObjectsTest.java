@@ -93,6 +93,47 @@ class ArrowObjectsTest {
   }
 
   @Test
+  void aTablePutIntoReusedMemoryHasAWholeHeader() throws Exception {
+    // Memory the store reuses is not cleared: fill some with ones, free it.
+    byte[] dirty = PlasmaClient.randomId();
+    byte[] ones = new byte[4 << 20];
+    java.util.Arrays.fill(ones, (byte) -1);
+    client.put(dirty, ones, null);
+    client.delete(dirty);
+    byte[] id = PlasmaClient.randomId();
+    try (VectorSchemaRoot root = ArrowExchange.table(allocator, 100)) {
+      ArrowObjects.putTable(client, id, root);
+    }
+    try (StoreBuffer object = client.getBuffer(id, 0)) {
+      assertEquals(0, object.layout().bufferCount(), "the out-of-band buffer count is written");
+    }
+    try (StoreArrowReader reader = ArrowObjects.getTable(client, id, 0, allocator)) {
+      assertTrue(reader.loadNextBatch());
+      assertEquals(100, reader.getVectorSchemaRoot().getRowCount());
+    }
+  }
+
+  @Test
+  void closingAReaderTwiceGivesTheObjectBackOnce() throws Exception {
+    byte[] id = PlasmaClient.randomId();
+    try (VectorSchemaRoot root = ArrowExchange.table(allocator, 100)) {
+      ArrowObjects.putTable(client, id, root);
+    }
+    StoreArrowReader reader = ArrowObjects.getTable(client, id, 0, allocator);
+    reader.loadNextBatch();
+    FieldVector v = reader.getVectorSchemaRoot().getVector(0);
+    FieldVector kept = v.getField().createVector(allocator);
+    v.makeTransferPair(kept).transfer();
+    reader.close();
+    reader.close();
+    client.delete(id);
+    assertTrue(client.contains(id), "the kept vector still holds the object");
+    assertEquals(3L, kept.getObject(1));
+    kept.close();
+    assertFalse(client.contains(id));
+  }
+
+  @Test
   void objectsThatAreNotTablesAndMissingOnesAreTypedErrors() {
     byte[] raw = PlasmaClient.randomId();
     client.put(raw, new byte[] {1, 2, 3}, null);
