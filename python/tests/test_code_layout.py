@@ -89,7 +89,7 @@ def _module_dirs() -> list[str]:
     dirs = [f"crates/{c.name}/" for c in sorted((ROOT / "crates").iterdir()) if c.is_dir()]
     for src in sorted((ROOT / "crates").glob("*/src")):
         dirs += [str(d.relative_to(ROOT)) + "/" for d in sorted(src.rglob("*")) if d.is_dir()]
-    for pkg in ("python/ferroplasma", "go/ferroplasma", "bench"):
+    for pkg in ("python/ferroplasma", "go/ferroplasma", "java", "bench"):
         dirs += [
             str(d.relative_to(ROOT)) + "/"
             for d in sorted((ROOT / pkg).iterdir())
