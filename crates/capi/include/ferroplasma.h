@@ -115,6 +115,11 @@ typedef struct fp_buffer fp_buffer;
 // which buffers made through it stay valid until released.
 typedef struct fp_client fp_client;
 
+// The objects of one `fp_get_held`, each holding its reference until
+// `fp_held_release` of its index. The handle frees itself with the
+// release of its last object.
+typedef struct fp_held fp_held;
+
 // An object being created: its bytes are writable until it is sealed or
 // aborted. Made by `fp_create`; given back by exactly one `fp_seal` or
 // `fp_abort`, which free it whatever they return.
@@ -473,6 +478,31 @@ void fp_list_free(struct fp_object_info *infos, size_t n);
 // # Safety
 // `c` is a live client; `out` is writable.
 enum fp_status fp_get_stats(const struct fp_client *c, struct fp_stats *out);
+
+// `fp_get_views`, holding the objects in one batch: `*out` becomes a
+// held batch whose index `i` holds object `ids[i]` (its parts in
+// `views[i]`, all zero if it was not sealed in time), or NULL if none was.
+// Release each object got with `fp_held_release(*out, i)`; the batch is
+// freed with the last.
+//
+// # Safety
+// `c` is a live client; `ids` has `n` ids; `out` is writable; `views` has
+// room for `n` views.
+enum fp_status fp_get_held(const struct fp_client *c,
+                           const struct fp_object_id *ids,
+                           size_t n,
+                           int64_t timeout_ms,
+                           struct fp_held **out,
+                           struct fp_buffer_view *views);
+
+// Ends the use of object `i` of the batch: its reference goes back to the
+// store, and its views are invalid. The last release frees the batch.
+// An index out of range, not got, or released already is
+// `FP_INVALID_ARGUMENT`.
+//
+// # Safety
+// `h` is a batch from `fp_get_held`.
+enum fp_status fp_held_release(struct fp_held *h, size_t i);
 
 // A random id (what Plasma's `ObjectID.from_random` makes).
 struct fp_object_id fp_object_id_random(void);

@@ -92,7 +92,7 @@ fn put<T>(out: *mut T, value: T, call: &str) -> Result<(), CapiError> {
 }
 
 /// `n` ids at `ids` (NULL allowed when n is 0).
-fn ids_at<'a>(
+pub(crate) fn ids_at<'a>(
     ids: *const fp_object_id,
     n: usize,
     call: &str,
@@ -119,7 +119,7 @@ fn bytes_at<'a>(p: *const u8, len: usize, what: &str) -> Result<&'a [u8], CapiEr
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
-fn timeout(ms: i64) -> Option<Duration> {
+pub(crate) fn timeout(ms: i64) -> Option<Duration> {
     (ms >= 0).then(|| Duration::from_millis(ms as u64))
 }
 

@@ -18,6 +18,8 @@
 //! - [`client`] — connect and disconnect; create, seal, abort, get,
 //!   release, contains, delete, evict, list and stats.
 //! - [`buffer`] — what a buffer exposes: its bytes, metadata and id.
+//! - [`held`] — a batched get held in one handle and released object by
+//!   object (what C++'s Plasma `Get` is built on).
 //! - `handle` — the handles C code holds (clients, buffers, subscriptions):
 //!   each knows whether it was freed, so misuse gets a status.
 //! - [`layout`] — how an object Python stored is laid out (its kind and
@@ -29,6 +31,7 @@
 pub mod buffer;
 pub mod client;
 mod handle;
+pub mod held;
 pub mod id;
 pub mod layout;
 pub mod status;
@@ -36,6 +39,7 @@ pub mod subscription;
 
 pub use buffer::{fp_buffer, fp_buffer_view, fp_mut_buffer};
 pub use client::{fp_client, fp_delete_status, fp_object_info, fp_stats};
+pub use held::fp_held;
 pub use id::fp_object_id;
 pub use layout::{fp_kind, fp_layout, fp_ndarray};
 pub use status::{fp_status, CapiError};

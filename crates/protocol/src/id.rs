@@ -3,8 +3,10 @@
 use crate::ProtocolError;
 use std::fmt;
 
-/// A 20-byte object identifier.
+/// A 20-byte object identifier: its bytes and nothing else
+/// (`repr(transparent)`, so a C array of ids can be read as it lies).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[repr(transparent)]
 pub struct ObjectId(pub [u8; ObjectId::LEN]);
 
 /// Hashed as three words, not as a slice of bytes: every map of the store

@@ -180,30 +180,35 @@ class PlasmaClient {
   Status Get(const std::vector<ObjectID>& object_ids, int64_t timeout_ms,
              std::vector<ObjectBuffer>* object_buffers) {
     if (object_buffers == nullptr) return Status::Invalid("Get: object_buffers is null");
-    // Each result holds its own reference (the C library's buffer), given
-    // back when its data buffer and its metadata buffer are gone: no
-    // per-object books here. (An object without metadata gets one shared
-    // empty metadata buffer that holds nothing: it has no bytes to keep.)
+    // The C library holds a batch's objects in one handle (one object: in
+    // its own buffer); each result ends its object's use when its data
+    // buffer and its metadata buffer are gone: no per-object books here.
+    // (An object without metadata gets one shared empty metadata buffer
+    // that holds nothing: it has no bytes to keep.)
     const size_t n = object_ids.size();
-    thread_local std::vector<fp_buffer*> got;  // reused: no allocation per Get
-    thread_local std::vector<fp_buffer_view> views;
-    got.assign(n, nullptr);
+    thread_local std::vector<fp_buffer_view> views;  // reused: no allocation per Get
     views.resize(n);
+    fp_held* held = nullptr;
+    fp_buffer* one = nullptr;
     {
       // Under the client's lock, as Plasma's Get: a Disconnect from another
       // thread waits for it.
       std::lock_guard<std::recursive_mutex> lock(impl_->mu);
       ARROW_RETURN_NOT_OK(impl_->Connected());
-      ARROW_RETURN_NOT_OK(detail::FromC(fp_get_views(impl_->client, detail::AsC(object_ids.data()),
-                                                     n, timeout_ms, got.data(), views.data()),
-                                        "Get"));
+      const fp_object_id* ids = detail::AsC(object_ids.data());
+      ARROW_RETURN_NOT_OK(detail::FromC(
+          n == 1 ? fp_get_views(impl_->client, ids, 1, timeout_ms, &one, views.data())
+                 : fp_get_held(impl_->client, ids, n, timeout_ms, &held, views.data()),
+          "Get"));
     }
     std::vector<ObjectBuffer> out(n);
     for (size_t i = 0; i < n; i++) {
-      if (got[i] == nullptr) continue;
       const fp_buffer_view& v = views[i];
-      auto pair = std::allocate_shared<detail::BufferPair>(
-          detail::CachedAllocator<detail::BufferPair>(), got[i], v);
+      if (v.data == nullptr) continue;  // not sealed in time
+      auto pair = n == 1 ? std::allocate_shared<detail::BufferPair>(
+                               detail::CachedAllocator<detail::BufferPair>(), one, v)
+                         : std::allocate_shared<detail::BufferPair>(
+                               detail::CachedAllocator<detail::BufferPair>(), held, i, v);
       if (v.metadata_size == 0) {
         out[i].metadata = detail::EmptyMetadata();
       } else {
@@ -214,7 +219,6 @@ class PlasmaClient {
       out[i].data = std::shared_ptr<Buffer>(std::move(pair), &pair->data);
     }
     if (n > 4096) {  // a huge batch: do not keep its scratch for the thread's life
-      std::vector<fp_buffer*>().swap(got);
       std::vector<fp_buffer_view>().swap(views);
     }
     *object_buffers = std::move(out);

@@ -168,14 +168,28 @@ inline std::shared_ptr<arrow::Buffer> EmptyMetadata() {
 /// the C library's buffer behind them: the store's reference, given back
 /// when the last of them goes.
 struct BufferPair {
-  BufferPair(fp_buffer* held, const fp_buffer_view& view)
-      : data(view.data, static_cast<int64_t>(view.size), CpuMemoryManager()), held(held) {}
-  ~BufferPair() { fp_buffer_release(held); }
+  /// Object `index` of a batch (`fp_get_held`).
+  BufferPair(fp_held* held, size_t index, const fp_buffer_view& view)
+      : data(view.data, static_cast<int64_t>(view.size), CpuMemoryManager()),
+        held(held),
+        index(index) {}
+  /// One object (`fp_get_views`): cheaper than a batch of one.
+  BufferPair(fp_buffer* one, const fp_buffer_view& view)
+      : data(view.data, static_cast<int64_t>(view.size), CpuMemoryManager()), one(one) {}
+  ~BufferPair() {
+    if (held != nullptr) {
+      fp_held_release(held, index);
+    } else {
+      fp_buffer_release(one);
+    }
+  }
   BufferPair(const BufferPair&) = delete;
   BufferPair& operator=(const BufferPair&) = delete;
   arrow::Buffer data;
   std::optional<arrow::Buffer> metadata;
-  fp_buffer* held;
+  fp_held* held = nullptr;  // the Get's batch, which frees itself with its last object
+  size_t index = 0;
+  fp_buffer* one = nullptr;
 };
 
 /// ObjectID and fp_object_id are both 20 bytes and nothing else, so a

@@ -163,6 +163,72 @@ static void batched_get_and_list(fp_client *c) {
     EXPECT(fp_delete(c, ids, N, NULL), FP_OK);
 }
 
+/* fp_get_held: a batch in one handle, each object released by index, and
+ * each one's use ending at its own release while the others stay held. */
+static void held_batches(fp_client *c) {
+    enum { N = 3 };
+    fp_object_id asked[N + 1];
+    for (int i = 0; i < N; i++) {
+        asked[i] = fp_object_id_random();
+        uint64_t v = 10 + (uint64_t)i;
+        EXPECT(fp_create_and_seal(c, &asked[i], (const uint8_t *)&v, sizeof v,
+                                  (const uint8_t *)"m", i == 0 ? 1 : 0),
+               FP_OK);
+    }
+    asked[N] = fp_object_id_random(); /* never created */
+    fp_held *h = NULL;
+    fp_buffer_view views[N + 1];
+    memset(views, 0xff, sizeof views);
+    EXPECT(fp_get_held(c, asked, N + 1, 0, &h, views), FP_OK);
+    CHECK(h != NULL);
+    for (int i = 0; i < N; i++) {
+        uint64_t v = 0;
+        CHECK(views[i].data != NULL && views[i].size == 8);
+        if (views[i].data != NULL) memcpy(&v, views[i].data, 8);
+        CHECK(v == 10 + (uint64_t)i);
+    }
+    CHECK(views[0].metadata_size == 1 && memcmp(views[0].metadata, "m", 1) == 0);
+    CHECK(views[1].metadata_size == 0);
+    CHECK(views[N].data == NULL && views[N].size == 0 && views[N].metadata == NULL);
+
+    /* Deleted while held: each waits for its own release. */
+    EXPECT(fp_delete(c, asked, N, NULL), FP_OK);
+    bool there = false;
+    EXPECT(fp_contains_deleting(c, &asked[1], &there), FP_OK);
+    CHECK(there);
+    EXPECT(fp_held_release(h, 1), FP_OK);
+    EXPECT(fp_contains_deleting(c, &asked[1], &there), FP_OK);
+    CHECK(!there);
+    EXPECT(fp_contains_deleting(c, &asked[0], &there), FP_OK);
+    CHECK(there);
+
+    /* Misuse: released twice, not got, out of range. */
+    EXPECT(fp_held_release(h, 1), FP_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "released already") != NULL);
+    EXPECT(fp_held_release(h, N), FP_INVALID_ARGUMENT);
+    EXPECT(fp_held_release(h, N + 1), FP_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "out of the batch") != NULL);
+    EXPECT(fp_held_release(NULL, 0), FP_INVALID_ARGUMENT);
+
+    /* The last release frees the batch: using it after is reported. */
+    EXPECT(fp_held_release(h, 0), FP_OK);
+    EXPECT(fp_held_release(h, 2), FP_OK);
+    EXPECT(fp_contains_deleting(c, &asked[0], &there), FP_OK);
+    CHECK(!there);
+    EXPECT(fp_held_release(h, 2), FP_INVALID_ARGUMENT);
+    CHECK(strstr(fp_last_error(), "freed already") != NULL);
+
+    /* Nothing got: no batch. Bad pointers: a status. */
+    h = (fp_held *)1;
+    EXPECT(fp_get_held(c, &asked[N], 1, 0, &h, views), FP_OK);
+    CHECK(h == NULL);
+    EXPECT(fp_get_held(c, asked, 1, 0, NULL, views), FP_INVALID_ARGUMENT);
+    EXPECT(fp_get_held(c, asked, 1, 0, &h, NULL), FP_INVALID_ARGUMENT);
+    EXPECT(fp_get_held(c, NULL, 1, 0, &h, views), FP_INVALID_ARGUMENT);
+    EXPECT(fp_get_held(c, NULL, 0, 0, &h, NULL), FP_OK);
+    CHECK(h == NULL);
+}
+
 static void subscriptions(fp_client *c) {
     fp_subscription *sub = NULL;
     EXPECT(fp_subscribe(c, false, &sub), FP_OK);
@@ -303,6 +369,7 @@ int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[2], "hold") == 0) return hold(c, argv[3]);
     raw_objects(c);
     batched_get_and_list(c);
+    held_batches(c);
     subscriptions(c);
     bad_input(c);
     misuse(c);
