@@ -8,7 +8,10 @@
 // - buffers that outlive the thread that got them, and buffers held by a
 //   static object until after main returns: each thread's cache of freed
 //   buffer blocks is gone by then, and the blocks must go straight to the
-//   allocator rather than into a destroyed cache.
+//   allocator rather than into a destroyed cache;
+// - one batch's buffers dropped on four threads at once: each drop releases
+//   its object by index in the batch's one C handle, and the last frees the
+//   handle, which no other drop may touch after.
 //
 //   usage: plasma_lifetimes STORE_SOCKET     prints "ok" and exits 0
 
@@ -83,6 +86,29 @@ int main(int argc, char** argv) {
     if (from_thread[i].data->data()[0] != i || from_thread[i].metadata->data()[0] != i) return 6;
   }
   from_thread.clear();
+
+  // One batch's buffers dropped on four threads at once.
+  std::vector<ObjectID> raced;
+  for (uint8_t i = 0; i < 32; i++) raced.push_back(Put(c, i));
+  for (int round = 0; round < 20; round++) {
+    std::vector<ObjectBuffer> batch;
+    Check(c.Get(raced, 0, &batch), "Get");
+    std::vector<std::thread> droppers;
+    for (size_t t = 0; t < 4; t++) {
+      std::vector<ObjectBuffer> part;
+      for (size_t i = t; i < batch.size(); i += 4) part.push_back(std::move(batch[i]));
+      droppers.emplace_back([part = std::move(part)]() mutable { part.clear(); });
+    }
+    batch.clear();
+    for (auto& d : droppers) d.join();
+  }
+  // Every object of those batches was released: a delete frees each at once.
+  Check(c.Delete(raced), "Delete");
+  for (const auto& id : raced) {
+    bool has = true;
+    Check(c.Contains(id, &has), "Contains");
+    if (has) return 7;
+  }
 
   // Buffers kept by a static until after main returns (and its client).
   Check(c.Get(ids, 0, &kept_past_main), "Get");
