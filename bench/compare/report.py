@@ -22,6 +22,7 @@ MICRO_METRICS = [
     ("get_batch", "get of all objects, one batched call"),
     ("get_each", "get of all objects, one call each"),
     ("reader_gibs", "another process gets every object and reads every byte (GiB/s)"),
+    ("delete", "delete of all objects, one batched call"),
 ]
 PUTGET_METRICS = [
     ("put", "put (p50 per call)"),

@@ -129,7 +129,10 @@ def micro(a: Adapter, remote_read, shapes=MICRO_SHAPES) -> dict:
             if got["checksum"] != expect:
                 raise AssertionError(f"{a.name}: the reader read wrong bytes ({count}x{size})")
             r["reader_gibs"] = count * size / GIB / got["seconds"]
-        a.delete(keys)
+        with _NoGC():
+            t = clock()
+            a.delete(keys)
+            r["delete"] = clock() - t
         out[f"{count}x{size}"] = r
     return out
 

@@ -282,6 +282,24 @@ impl<T: Keyed> DenseTable<T> {
             Ok(o) => o.remove().0,
             Err(_) => return None,
         };
+        Some(self.take_out(s, pos))
+    }
+
+    /// Removes the entry at a position given by [`DenseTable::position`]
+    /// (for a caller that has looked it up already: its index bucket is
+    /// found by position, without comparing ids).
+    pub fn remove_at(&mut self, pos: u32) -> T {
+        let h = self.hash(self.items.at(pos).id());
+        let s = shard(h);
+        if let Ok(o) = self.index[s].find_entry(h, |&p| p == pos) {
+            o.remove();
+        }
+        self.take_out(s, pos)
+    }
+
+    /// The rest of a removal, once `pos` is out of shard `s`'s index:
+    /// unlinks it, moves the last entry into its place, returns it.
+    fn take_out(&mut self, s: usize, pos: u32) -> T {
         self.unlink(pos);
         self.shrink_shard(s);
         let last = (self.items.len - 1) as u32;
@@ -290,11 +308,11 @@ impl<T: Keyed> DenseTable<T> {
         }
         let (moved, freed) = self.items.pop().expect("the table holds `pos`");
         self.freed(freed);
-        Some(if pos == last {
+        if pos == last {
             moved
         } else {
             std::mem::replace(self.items.at_mut(pos), moved)
-        })
+        }
     }
 
     /// Points the index and the list at `to` for the entry at `from` (the

@@ -42,6 +42,8 @@ fn e(k: u16, weight: u64) -> E {
 enum Op {
     Insert(u16, u64),
     Remove(u16),
+    /// Looked up, then removed by position (as `Store::delete` does).
+    RemoveAt(u16),
     PushBack(u16),
     Unlink(u16),
 }
@@ -51,6 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (k.clone(), 0u64..1000).prop_map(|(k, w)| Op::Insert(k, w)),
         k.clone().prop_map(Op::Remove),
+        k.clone().prop_map(Op::RemoveAt),
         k.clone().prop_map(Op::PushBack),
         k.prop_map(Op::Unlink),
     ]
@@ -74,6 +77,11 @@ proptest! {
                 }
                 Op::Remove(k) => {
                     let got = t.remove(&id(k)).map(|x| (x.id, x.weight));
+                    prop_assert_eq!(got, map.remove(&id(k)).map(|w| (id(k), w)));
+                    list.retain(|x| *x != id(k));
+                }
+                Op::RemoveAt(k) => {
+                    let got = t.position(&id(k)).map(|p| t.remove_at(p)).map(|x| (x.id, x.weight));
                     prop_assert_eq!(got, map.remove(&id(k)).map(|w| (id(k), w)));
                     list.retain(|x| *x != id(k));
                 }

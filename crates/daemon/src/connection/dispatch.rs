@@ -5,6 +5,7 @@ use super::{parse_id, parse_ids, refuse, store_refusal, Connection, Refusal};
 use crate::convert;
 use crate::shared::now_us;
 use ferroplasma_protocol::pb::{self, reply, request};
+use ferroplasma_store::Effects;
 
 impl Connection {
     pub(super) fn dispatch(
@@ -123,11 +124,15 @@ impl Connection {
                 let ids = parse_ids(&d.object_ids)?;
                 let mut sh = self.shared.lock();
                 let mut status = Vec::with_capacity(ids.len());
+                // One delivery for the batch: waking the space waiters and
+                // walking the outboxes once, not once per id.
+                let mut all = Effects::default();
                 for id in ids {
                     let (outcome, fx) = sh.store.delete(id);
-                    sh.deliver(fx);
+                    all.extend(fx);
                     status.push(convert::delete_status(outcome));
                 }
+                sh.deliver(all);
                 Ok(Some(reply::Body::Delete(pb::DeleteReply { status })))
             }
             B::List(l) if l.cluster && self.cluster.is_some() => {

@@ -435,15 +435,15 @@ impl Store {
             return (DeleteOutcome::Deleted, self.forget_spilled(id));
         }
         let mut fx = Effects::default();
-        if !self.objects.contains_key(&id) {
-            return (DeleteOutcome::NotFound, fx);
-        }
-        self.retire(id);
-        let Some(e) = self.objects.get_mut(&id) else {
+        // Looked up once: retiring the object from the readers' table moves
+        // no entry, so the position holds until the removal.
+        let Some(pos) = self.objects.position(&id) else {
             return (DeleteOutcome::NotFound, fx);
         };
+        self.retire(id);
+        let e = self.objects.at_mut(pos);
         if e.is_sealed() && e.ref_count == 0 && !e.spilling && !e.restoring {
-            self.remove_object(id, true, &mut fx);
+            self.remove_at(pos, true, &mut fx);
             (DeleteOutcome::Deleted, fx)
         } else {
             e.delete_pending = true;
@@ -504,13 +504,16 @@ impl Store {
     }
 
     fn remove_object(&mut self, id: ObjectId, announce: bool, fx: &mut Effects) {
-        let Some(pos) = self.objects.position(&id) else {
-            return;
-        };
+        if let Some(pos) = self.objects.position(&id) {
+            self.remove_at(pos, announce, fx);
+        }
+    }
+
+    /// [`Store::remove_object`] of the entry at `pos`.
+    fn remove_at(&mut self, pos: u32, announce: bool, fx: &mut Effects) {
         self.not_evictable(pos);
-        let Some(e) = self.objects.remove(&id) else {
-            return;
-        };
+        let e = self.objects.remove_at(pos);
+        let id = e.id;
         if e.is_sealed() {
             self.sealed_count -= 1;
         }
