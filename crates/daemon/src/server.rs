@@ -115,13 +115,34 @@ pub async fn serve_until(
     shared.lock().give_back_memory = give_back;
     {
         // The table shrinks, and the arena's free pages go back, once a
-        // second (when deletes made room for it).
+        // second (when deletes made room for it). The kernel takes the pages
+        // on a blocking thread, in steps whose memory is reserved meanwhile:
+        // the store goes on answering (shared/memory.rs).
         let shared = shared.clone();
         tokio::spawn(async move {
             let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 every.tick().await;
-                shared.lock().tidy_memory();
+                let mut step = shared.lock().tidy_memory();
+                while let Some(s) = step {
+                    let blocks = s.blocks.clone();
+                    let (s, result) = match tokio::task::spawn_blocking(move || {
+                        let r = s.run();
+                        (s, r)
+                    })
+                    .await
+                    {
+                        Ok(done) => done,
+                        Err(e) => {
+                            // A panic, or a runtime shutting down: the
+                            // blocks are free again, untouched or not.
+                            tracing::error!(error = %e, "giving free pages back failed");
+                            shared.lock().abandon_give_back(&blocks);
+                            break;
+                        }
+                    };
+                    step = shared.lock().finish_give_back(s, result);
+                }
             }
         });
     }

@@ -18,6 +18,9 @@ pub struct Allocator {
     used: u64,
     /// Bytes freed since the allocator was made (only grows).
     freed: u64,
+    /// The highest end of any allocation so far: memory above it was never
+    /// handed out, so its pages were never touched.
+    touched_end: u64,
 }
 
 impl Allocator {
@@ -30,6 +33,7 @@ impl Allocator {
             by_size: BTreeSet::new(),
             used: 0,
             freed: 0,
+            touched_end: 0,
         };
         if capacity > 0 {
             a.insert_free(0, capacity);
@@ -102,7 +106,47 @@ impl Allocator {
             self.insert_free(offset + size, found - size);
         }
         self.used += size;
+        self.touched_end = self.touched_end.max(offset + size);
         Some(offset)
+    }
+
+    /// The highest end of any allocation so far: free memory above it has
+    /// never held an object.
+    pub fn touched_end(&self) -> u64 {
+        self.touched_end
+    }
+
+    /// Takes `[offset, offset + size)` out of the free memory, where it
+    /// lies inside one free range, so that nothing is allocated there until
+    /// [`Allocator::put_back`]: the daemon gives such a range's pages back
+    /// to the kernel without holding the store. False (nothing taken) when
+    /// the range is not free or not 64-byte aligned.
+    pub fn take(&mut self, offset: u64, size: u64) -> bool {
+        if size == 0 || offset % ALIGNMENT != 0 || size % ALIGNMENT != 0 {
+            return false;
+        }
+        let Some((&o, &s)) = self.by_offset.range(..=offset).next_back() else {
+            return false;
+        };
+        if o + s < offset + size {
+            return false;
+        }
+        self.remove_free(o, s);
+        if offset > o {
+            self.insert_free(o, offset - o);
+        }
+        if o + s > offset + size {
+            self.insert_free(offset + size, o + s - (offset + size));
+        }
+        self.used += size;
+        true
+    }
+
+    /// Returns a range taken with [`Allocator::take`]. It held no object,
+    /// so it does not count as freed.
+    pub fn put_back(&mut self, offset: u64, size: u64) {
+        self.free_range(offset, size);
+        self.freed -= size;
     }
 
     /// Returns a range given by [`Allocator::allocate`]; merges it with free
@@ -191,6 +235,33 @@ mod tests {
         assert_eq!(a.allocate(4096), Some(0));
         assert_eq!(a.allocate(1), None);
         assert_eq!(a.fragmentation(), 0.0);
+    }
+
+    #[test]
+    fn a_taken_range_is_not_allocated_until_put_back() {
+        let mut a = Allocator::new(1 << 20);
+        let x = a.allocate(4096).unwrap();
+        assert_eq!(a.touched_end(), 4096);
+        // Inside the free tail: taken, split around, counted as used.
+        assert!(a.take(8192, 65536));
+        assert_eq!(a.free_ranges(), 2);
+        assert_eq!(a.used(), 4096 + 65536);
+        // Not free, not inside one free range, not aligned: refused.
+        assert!(!a.take(x, 64));
+        assert!(!a.take(8192, 64));
+        assert!(!a.take(4096, 8192));
+        assert!(!a.take(100_032, 100));
+        // The hole is skipped: a large allocation lands beyond it.
+        let y = a.allocate(65536 + 4096).unwrap();
+        assert!(y >= 8192 + 65536, "allocated {y} inside the taken range");
+        let freed = a.freed();
+        a.put_back(8192, 65536);
+        assert_eq!(a.freed(), freed, "putting back frees no object");
+        assert_eq!(a.used(), 4096 + 65536 + 4096);
+        a.free_range(y, 65536 + 4096);
+        a.free_range(x, 4096);
+        assert_eq!((a.free_ranges(), a.largest_free()), (1, 1 << 20));
+        assert_eq!(a.touched_end(), y + 65536 + 4096);
     }
 
     #[derive(Debug, Clone)]

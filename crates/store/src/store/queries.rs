@@ -123,6 +123,28 @@ impl Store {
     pub fn free_ranges_at_least(&self, min: u64) -> Vec<(u64, u64)> {
         self.alloc.free_ranges_at_least(min)
     }
+
+    /// Arena bytes free now.
+    pub fn free_bytes(&self) -> u64 {
+        self.alloc.free()
+    }
+
+    /// Where the arena's touched memory ends: no object ever lay above it.
+    pub fn touched_end(&self) -> u64 {
+        self.alloc.touched_end()
+    }
+
+    /// Reserves a free range of the arena (no object is put there until
+    /// [`Store::put_back_free`]), for its pages to be given back to the
+    /// kernel meanwhile. False when it is not free.
+    pub fn take_free(&mut self, offset: u64, size: u64) -> bool {
+        self.alloc.take(offset, size)
+    }
+
+    /// Ends a [`Store::take_free`]: the range is free again.
+    pub fn put_back_free(&mut self, offset: u64, size: u64) {
+        self.alloc.put_back(offset, size);
+    }
 }
 
 /// A row of `list` for an object in memory, `held` more times through the
