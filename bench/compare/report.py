@@ -88,6 +88,16 @@ def table(results: dict, rows: list[tuple[str, str]]) -> list[str]:
     return lines
 
 
+def micro_metrics(results: dict) -> list[tuple[str, str]]:
+    """The micro workload's metrics that this run measured (a run older
+    than a metric has no figure for it, and gets no empty table)."""
+    return [
+        (metric, title)
+        for metric, title in MICRO_METRICS
+        if any(k.startswith("micro/") and k.endswith(f"/{metric}") for k in results["figures"])
+    ]
+
+
 def shape_label(shape: str) -> str:
     count, size = shape.split("x")
     return f"{count} × {human_size(int(size))}"
@@ -157,7 +167,7 @@ def markdown(results: dict) -> str:
                 rows.append((f"latency/{op}/{q}", f"{op.replace('_', ' + ')} {q}"))
         lines += table(results, rows)
     if "micro" in wl:
-        for metric, title in MICRO_METRICS:
+        for metric, title in micro_metrics(results):
             lines += ["", f"#### ThymesisFlow Plasma microbenchmarks: {title}", ""]
             rows = [(f"micro/{n}x{s}/{metric}", shape_label(f"{n}x{s}")) for n, s in MICRO_SHAPES]
             lines += table(results, rows)
@@ -247,9 +257,12 @@ def plots(results: dict, img_dir: str) -> list[str]:
         axes[0].legend(fontsize=7)
         save(fig, PLOTS["latency"])
     if "micro" in wl:
-        fig, axes = plt.subplots(2, 2, figsize=(13, 7.5))
+        metrics = micro_metrics(results)
+        fig, axes = plt.subplots(2, (len(metrics) + 1) // 2, figsize=(13, 7.5), squeeze=False)
         labels = [shape_label(f"{n}x{s}") for n, s in MICRO_SHAPES]
-        for ax, (metric, title) in zip(axes.flat, MICRO_METRICS):
+        for ax in axes.flat[len(metrics) :]:
+            ax.set_visible(False)
+        for ax, (metric, title) in zip(axes.flat, metrics):
             keys = [f"micro/{n}x{s}/{metric}" for n, s in MICRO_SHAPES]
             _bars(ax, results, keys, labels, title, log=not is_rate(metric))
         axes[0][0].legend(fontsize=7)
