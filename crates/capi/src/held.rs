@@ -37,10 +37,8 @@ pub struct Held {
 
 // Safety: a slot's buffer is moved out only by the one caller that swaps
 // its `released` flag from false to true, and is never read otherwise;
-// `ObjectBuffer` is Send + Sync.
+// `ObjectBuffer` is Send + Sync. (Send needs no impl: every field is Send.)
 unsafe impl Sync for Held {}
-// Safety: as above; the cells only hold `ObjectBuffer`s, which are Send.
-unsafe impl Send for Held {}
 
 /// `fp_get_views`, holding the objects in one batch: `*out` becomes a
 /// held batch whose index `i` holds object `ids[i]` (its parts in
