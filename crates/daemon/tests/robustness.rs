@@ -343,7 +343,9 @@ fn protocol_violations_get_typed_errors_or_a_closed_connection() {
             metadata_size: u64::MAX,
         }),
     );
-    assert_eq!(error_code(recv(&mut s)), Some(pb::ErrorCode::StoreFull));
+    // (Over the 128 MiB an object's metadata may have: too large, whatever
+    // the store's size.)
+    assert_eq!(error_code(recv(&mut s)), Some(pb::ErrorCode::TooLarge));
     // Both the metadata and a size for it: which is meant?
     send(
         &mut s,

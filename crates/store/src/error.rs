@@ -58,6 +58,17 @@ pub enum StoreError {
     /// Release of an object this client holds no reference to.
     #[error("client holds no reference to object {0}")]
     NotHeld(ObjectId),
+    /// A create asked for more metadata than an object may have.
+    #[error(
+        "{size} bytes of metadata: an object may have at most {limit}; \
+         put large descriptions in the object's data"
+    )]
+    MetadataTooLarge {
+        /// Metadata bytes asked for.
+        size: u64,
+        /// [`MAX_METADATA`](crate::object::MAX_METADATA).
+        limit: u64,
+    },
 }
 
 /// The message of [`StoreError::StoreFull`], with the advice that fits.

@@ -66,11 +66,13 @@ const N: usize = 1_000_000;
 
 /// A million objects of 64 bytes put as a client puts them (create, seal,
 /// release: sealed, unreferenced, evictable): the store's heap grows by at
-/// most 150 B an object, and after they are all deleted it is back within
-/// 1 MiB of an empty store's. (On main before the compact table: 370 B an
-/// object, and all of it kept after the deletes.)
+/// most 80 B an object (its 68-byte entries and their index; the daemon's
+/// shared table of readers takes the rest of the 150 B issue 38 allows
+/// in all), and after they are all deleted it is back within 1 MiB of an
+/// empty store's. (On main before the compact table: 370 B an object, and
+/// all of it kept after the deletes; with 88-byte entries: 97 B.)
 #[test]
-fn a_million_objects_cost_at_most_150_bytes_each_and_deleting_them_gives_it_back() {
+fn a_million_objects_cost_at_most_80_bytes_each_and_deleting_them_gives_it_back() {
     let ids: Vec<ObjectId> = (0..N as u64)
         .map(|k| {
             let mut b = [0u8; 20];
@@ -98,8 +100,8 @@ fn a_million_objects_cost_at_most_150_bytes_each_and_deleting_them_gives_it_back
         empty - before
     );
     assert!(
-        per_object <= 150.0,
-        "the store holds {per_object:.1} B per object (at most 150)"
+        per_object <= 80.0,
+        "the store holds {per_object:.1} B per object (at most 80)"
     );
     for id in &ids {
         s.delete(*id);

@@ -140,6 +140,26 @@ fn an_object_as_large_as_the_store_fits_and_larger_does_not() {
 }
 
 #[test]
+fn metadata_over_128_mib_is_refused_before_anything_is_allocated() {
+    let mut s = Store::new(1 << 30);
+    let c = s.connect();
+    let too_much = ferroplasma_store::MAX_METADATA + 1;
+    assert_eq!(
+        s.create(c, id(1), 64, too_much, 0).unwrap_err(),
+        StoreError::MetadataTooLarge {
+            size: too_much,
+            limit: ferroplasma_store::MAX_METADATA
+        }
+    );
+    assert_eq!(s.stats().objects, 0);
+    let (loc, _) = s.create(c, id(1), 64, (1 << 27) - 1, 0).unwrap();
+    assert_eq!(loc.metadata_size, (1 << 27) - 1);
+    s.seal(c, id(1), 1).unwrap();
+    let listed = s.list();
+    assert_eq!(listed[0].location.metadata_size, (1 << 27) - 1);
+}
+
+#[test]
 fn disconnect_aborts_creations_and_drops_references() {
     let mut s = Store::new(1 << 20);
     let (a, b) = (s.connect(), s.connect());

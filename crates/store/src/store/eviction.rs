@@ -21,7 +21,7 @@ impl Store {
     /// back of the order.
     pub(super) fn make_evictable(&mut self, pos: u32) {
         let e = self.objects.at_mut(pos);
-        e.evictable = true;
+        e.set_evictable(true);
         match &mut self.policy {
             None => self.objects.push_back_at(pos),
             Some(p) => p.add(e.id, e.alloc_size()),
@@ -31,7 +31,7 @@ impl Store {
     /// The object at `pos` of the table is no longer evictable (if it was).
     pub(super) fn not_evictable(&mut self, pos: u32) {
         let e = self.objects.at_mut(pos);
-        if !std::mem::take(&mut e.evictable) {
+        if !e.take_evictable() {
             return;
         }
         match &mut self.policy {
@@ -72,10 +72,7 @@ impl Store {
             if self.retire(id) {
                 continue; // a client holds it: in use, not evicted
             }
-            freed += self
-                .objects
-                .get(&id)
-                .map_or(0, |e| e.data_size + e.metadata_size);
+            freed += self.objects.get(&id).map_or(0, |e| e.bytes());
             self.evict_one(id, &mut fx);
             count += 1;
         }
@@ -94,7 +91,7 @@ impl Store {
             let Some(pos) = self.objects.position(&id) else {
                 continue;
             };
-            if self.objects.at(pos).evictable {
+            if self.objects.at(pos).evictable() {
                 self.not_evictable(pos);
                 self.make_evictable(pos);
             }
@@ -151,7 +148,7 @@ impl Store {
     pub(super) fn next_victim(&self) -> Option<ObjectId> {
         let objects = &self.objects;
         self.victims()
-            .find(|id| objects.get(id).is_some_and(|e| e.evictable))
+            .find(|id| objects.get(id).is_some_and(|e| e.evictable()))
     }
 
     /// Takes `id` out of the readers' table before it stops being readable;
@@ -182,10 +179,10 @@ impl Store {
         *c.refs.entry(id).or_insert(0) += u64::from(n);
         self.not_evictable(pos);
         let e = self.objects.at_mut(pos);
-        if e.ref_count == 0 {
+        if e.refs() == 0 {
             self.referenced_count += 1;
         }
-        e.ref_count += u64::from(n);
+        e.add_refs(u64::from(n));
         true
     }
 

@@ -8,7 +8,7 @@ use crate::clients::ClientState;
 use crate::dense::DenseTable;
 use crate::error::StoreError;
 use crate::events::{Effects, Event, EventKind, Notice};
-use crate::object::{ClientId, Entry, Location, ObjectState};
+use crate::object::{ClientId, Entry, Location, ObjectState, MAX_METADATA};
 use crate::policy::EvictionPolicy;
 use crate::spill::SpillTable;
 use ferroplasma_protocol::layout::allocation_size;
@@ -189,6 +189,12 @@ impl Store {
         if self.exists(&id) {
             return Err(StoreError::ObjectExists(id));
         }
+        if metadata_size > MAX_METADATA {
+            return Err(StoreError::MetadataTooLarge {
+                size: metadata_size,
+                limit: MAX_METADATA,
+            });
+        }
         let mut fx = Effects::default();
         let need = allocation_size(data_size, metadata_size);
         if data_size.saturating_add(metadata_size) > self.capacity {
@@ -241,7 +247,7 @@ impl Store {
     ) -> Result<Effects, StoreError> {
         let e = self.creator_entry(client, id)?;
         e.seal(now_us);
-        let (loc, refs) = (e.location(), e.ref_count);
+        let (loc, refs) = (e.location(), e.refs());
         self.sealed_count += 1;
         if let Some(c) = self.clients.get_mut(&client) {
             c.created.remove(&id);
@@ -329,10 +335,10 @@ impl Store {
         }
         self.not_evictable(pos);
         let e = self.objects.at_mut(pos);
-        if e.ref_count == 0 {
+        if e.refs() == 0 {
             self.referenced_count += 1;
         }
-        e.ref_count += 1;
+        e.add_refs(1);
         let loc = e.location();
         if let Some(r) = &self.readers {
             let _ = r.readable(*id, loc);
@@ -395,7 +401,7 @@ impl Store {
             || self
                 .objects
                 .get(id)
-                .is_some_and(|e| e.is_sealed() && !e.delete_pending)
+                .is_some_and(|e| e.is_sealed() && !e.delete_pending())
     }
 
     /// Plasma's contains: [`Store::contains`], and also true for a sealed
@@ -442,11 +448,11 @@ impl Store {
         };
         self.retire(id);
         let e = self.objects.at_mut(pos);
-        if e.is_sealed() && e.ref_count == 0 && !e.spilling && !e.restoring {
+        if e.is_sealed() && e.refs() == 0 && !e.spilling() && !e.restoring() {
             self.remove_at(pos, true, &mut fx);
             (DeleteOutcome::Deleted, fx)
         } else {
-            e.delete_pending = true;
+            e.set_delete_pending(true);
             (DeleteOutcome::Deferred, fx)
         }
     }
@@ -476,11 +482,11 @@ impl Store {
         let Some(e) = self.objects.get_mut(&id) else {
             return;
         };
-        if e.ref_count == 1 {
+        if e.refs() == 1 {
             self.referenced_count -= 1;
         }
-        e.ref_count = e.ref_count.saturating_sub(1);
-        if e.ref_count == 0 && e.is_sealed() {
+        e.drop_ref();
+        if e.refs() == 0 && e.is_sealed() {
             self.became_unreferenced(id, fx);
         }
     }
@@ -492,12 +498,12 @@ impl Store {
             return;
         };
         let e = self.objects.at(pos);
-        if e.spilling || e.restoring {
+        if e.spilling() || e.restoring() {
             return; // finish_spill, abort_spill or finish_restore decides
         }
-        if e.delete_pending {
+        if e.delete_pending() {
             self.remove_object(id, true, fx);
-        } else if !e.evictable {
+        } else if !e.evictable() {
             self.make_evictable(pos);
             self.room_made += 1;
         }
@@ -517,10 +523,10 @@ impl Store {
         if e.is_sealed() {
             self.sealed_count -= 1;
         }
-        if e.ref_count > 0 {
+        if e.refs() > 0 {
             self.referenced_count -= 1;
         }
-        self.alloc.free_range(e.offset, e.alloc_size());
+        self.alloc.free_range(e.location().offset, e.alloc_size());
         self.room_made += 1;
         if !e.is_sealed() {
             fx.aborted.push(id);

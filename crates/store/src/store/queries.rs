@@ -99,7 +99,7 @@ impl Store {
     /// cannot be evicted while held, so `stats` takes them off): O(ids).
     pub fn evictable_bytes_among(&self, ids: &[ObjectId]) -> u64 {
         ids.iter()
-            .filter_map(|id| self.objects.get(id).filter(|e| e.evictable))
+            .filter_map(|id| self.objects.get(id).filter(|e| e.evictable()))
             .map(|e| e.alloc_size())
             .sum()
     }
@@ -109,7 +109,7 @@ impl Store {
     /// the objects held there): O(ids).
     pub fn unreferenced_among(&self, ids: &[ObjectId]) -> u64 {
         ids.iter()
-            .filter(|id| self.objects.get(id).is_some_and(|e| e.ref_count == 0))
+            .filter(|id| self.objects.get(id).is_some_and(|e| e.refs() == 0))
             .count() as u64
     }
 
@@ -153,11 +153,11 @@ pub(super) fn row(e: &crate::object::Entry, held: u64) -> ObjectInfo {
     ObjectInfo {
         id: e.id,
         location: e.location(),
-        ref_count: e.ref_count + held,
+        ref_count: e.refs() + held,
         state: e.state(),
-        create_time_us: e.create_time_us,
-        construct_duration_us: e.seal_time_us().map(|s| s - e.create_time_us),
-        delete_pending: e.delete_pending,
+        create_time_us: e.create_time_us(),
+        construct_duration_us: e.seal_time_us().map(|s| s - e.create_time_us()),
+        delete_pending: e.delete_pending(),
         spilled: false,
     }
 }

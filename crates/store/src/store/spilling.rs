@@ -73,11 +73,11 @@ impl Store {
             let Some(e) = self.objects.get(&id) else {
                 continue;
             };
-            sim.free_range(e.offset, e.alloc_size());
+            sim.free_range(e.location().offset, e.alloc_size());
             planned += e.alloc_size();
             plan.push(SpillVictim {
                 id,
-                offset: e.offset,
+                offset: e.location().offset,
                 len: e.alloc_size(),
             });
             fits = fits || sim.allocate(need).is_some();
@@ -108,7 +108,7 @@ impl Store {
         })?;
         for v in victims {
             if let Some(pos) = self.objects.position(&v.id) {
-                self.objects.at_mut(pos).spilling = true;
+                self.objects.at_mut(pos).set_spilling(true);
                 self.not_evictable(pos);
             }
         }
@@ -136,17 +136,17 @@ impl Store {
             let Some(e) = self.objects.get_mut(&v.id) else {
                 continue;
             };
-            e.spilling = false;
-            if e.ref_count > 0 {
+            e.set_spilling(false);
+            if e.refs() > 0 {
                 continue; // read meanwhile: stays in memory
             }
-            if e.delete_pending {
+            if e.delete_pending() {
                 self.remove_object(v.id, true, &mut fx);
                 continue;
             }
             let e = self.objects.remove(&v.id).expect("present");
             self.sealed_count -= 1;
-            self.alloc.free_range(e.offset, e.alloc_size());
+            self.alloc.free_range(e.location().offset, e.alloc_size());
             self.room_made += 1;
             batch.push((
                 v.id,
@@ -156,10 +156,10 @@ impl Store {
                         offset: off,
                         len: e.alloc_size(),
                     },
-                    data_size: e.data_size,
-                    metadata_size: e.metadata_size,
-                    create_time_us: e.create_time_us,
-                    construct_us: e.seal_time_us().map(|t| t - e.create_time_us),
+                    data_size: e.data_size(),
+                    metadata_size: e.location().metadata_size,
+                    create_time_us: e.create_time_us(),
+                    construct_us: e.seal_time_us().map(|t| t - e.create_time_us()),
                 },
             ));
         }
@@ -182,8 +182,8 @@ impl Store {
             let Some(e) = self.objects.get_mut(&v.id) else {
                 continue;
             };
-            e.spilling = false;
-            if e.ref_count == 0 {
+            e.set_spilling(false);
+            if e.refs() == 0 {
                 self.became_unreferenced(v.id, &mut fx);
             }
         }
@@ -225,7 +225,7 @@ impl Store {
         // Spilled objects were sealed: construct_us is always there.
         let sealed_at = s.create_time_us + s.construct_us.unwrap_or(0);
         let mut entry = Entry::sealed(id, location, s.create_time_us, sealed_at);
-        entry.restoring = true;
+        entry.set_restoring(true);
         self.objects.insert(entry);
         self.sealed_count += 1;
         Ok((location, s.at, fx))
@@ -233,7 +233,7 @@ impl Store {
 
     /// Whether `id` is being brought back from the spill directory.
     pub fn is_restoring(&self, id: &ObjectId) -> bool {
-        self.objects.get(id).is_some_and(|e| e.restoring)
+        self.objects.get(id).is_some_and(|e| e.restoring())
     }
 
     /// Ends a [`Store::begin_restore`]. When the bytes were read back
@@ -246,11 +246,11 @@ impl Store {
     /// [`Notice::Sealed`] so that gets that do not wait can answer).
     pub fn finish_restore(&mut self, id: ObjectId, read: bool) -> Effects {
         let mut fx = Effects::default();
-        let Some(e) = self.objects.get_mut(&id).filter(|e| e.restoring) else {
+        let Some(e) = self.objects.get_mut(&id).filter(|e| e.restoring()) else {
             return fx;
         };
-        e.restoring = false;
-        let keep = read && !e.delete_pending;
+        e.set_restoring(false);
+        let keep = read && !e.delete_pending();
         let waiters = self.waiters.remove(&id).unwrap_or_default();
         if !keep {
             self.remove_object(id, true, &mut fx);
@@ -277,7 +277,7 @@ impl Store {
         } else {
             self.referenced_count += 1;
             if let Some(e) = self.objects.get_mut(&id) {
-                e.ref_count = granted;
+                e.set_refs(granted);
             }
         }
         fx
