@@ -24,11 +24,11 @@ use clap::Parser;
 use std::time::Instant;
 
 const LINE: usize = 64;
-/// The table's bytes per object: it is rebuilt for twice its objects, in
-/// slots of 64 bytes, so it holds 64 to 128 bytes per object.
-const PER_OBJECT: u64 = 128;
-/// The default table: 262,144 slots of 64 bytes.
-const MIN_TABLE: u64 = 16 << 20;
+/// The table's bytes per object at most: it is rebuilt for 1.6 times its
+/// objects, in slots of 40 bytes, so it holds 53 to 64 bytes per object.
+const PER_OBJECT: u64 = 64;
+/// The default table: 262,144 slots of 40 bytes.
+const MIN_TABLE: u64 = 262_144 * 40;
 
 /// The latency of one random 64-byte read in shared memory of each size.
 #[derive(Debug, Parser)]

@@ -3,7 +3,7 @@
 //! local objects without a round trip to the store.
 
 use crate::error::{ClientError, Result};
-use ferroplasma_protocol::shared_table::{self, Header, Slot, Take, SLOT_BYTES};
+use ferroplasma_protocol::shared_table::{self, table_len, Header, Slot, Take, HEADER_BYTES};
 use ferroplasma_protocol::ObjectId;
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 use std::fs::File;
@@ -39,7 +39,7 @@ impl TableView {
         let bad = |what: String| ClientError::Protocol(format!("the store's object table: {what}"));
         let slots = usize::try_from(slots).map_err(|_| bad("too many slots".into()))?;
         let table = MmapOptions::new()
-            .len((slots + 1) * SLOT_BYTES)
+            .len(table_len(slots))
             .map_raw_read_only(&File::from(table))
             .map_err(|e| bad(format!("cannot map it: {e}")))?;
         // 2 MiB pages where the kernel gives them to shared memory (the
@@ -52,7 +52,7 @@ impl TableView {
             .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
         let tags = MmapMut::map_anon(slots.max(1) * 8)
             .map_err(|e| bad(format!("cannot map the tags: {e}")))?;
-        if (slots + 1) * SLOT_BYTES >= WARM_FROM {
+        if slots >= WARM_FROM {
             // A large table's tags are mapped in ahead too ([`warm`]), in
             // 2 MiB pages where the kernel gives them (private memory:
             // `transparent_hugepage/enabled` `madvise` or `always`). Not a
@@ -101,13 +101,13 @@ impl TableView {
     }
 
     fn slots(&self) -> &[Slot] {
-        // Safety: `slots` slots of 64 bytes follow the header inside the
-        // mapping (mapped at that length above); `Slot` is a `repr(C)` block
+        // Safety: `slots` slots follow the header inside the mapping (mapped
+        // at `table_len(slots)` above, 4-byte aligned); `Slot` is a `repr(C)` block
         // of atomics valid for any bytes; only loads are made through it
         // (the mapping is read-only, the store writes).
         unsafe {
             std::slice::from_raw_parts(
-                self.table.as_ptr().add(SLOT_BYTES) as *const Slot,
+                self.table.as_ptr().add(HEADER_BYTES) as *const Slot,
                 self.slots,
             )
         }
@@ -163,7 +163,7 @@ impl TableView {
         let (slots, holds, tags) = (self.slots(), self.holds(), self.tags());
         for id in ids {
             let i = shared_table::home(&shared_table::id_words(id), self.key, self.slots);
-            shared_table::prefetch(slots[i].seq.as_ptr());
+            slots[i].prefetch();
             shared_table::prefetch(holds[i].as_ptr());
             shared_table::prefetch(tags[i].as_ptr());
         }
@@ -252,9 +252,11 @@ pub(crate) struct Tables {
     failed_at: Mutex<Option<std::time::Instant>>,
 }
 
-/// Tables at least this large (524,288 slots) are mapped in ahead of use
+/// Tables of at least this many slots are mapped in ahead of use
 /// ([`warm`]).
-const WARM_FROM: usize = 32 << 20;
+const WARM_FROM: usize = 524_288;
+/// How much [`warm`] maps in at a time.
+const WARM_CHUNK: usize = 32 << 20;
 
 /// Maps the whole of a large table, of this client's holds and of its
 /// tags into this process, on a thread of its own, 32 MiB at a time while
@@ -270,23 +272,24 @@ const WARM_FROM: usize = 32 << 20;
 /// the store's scans of the holds touch all of them). The connection does
 /// not wait; gets meanwhile fault as before.
 fn warm(view: &Arc<TableView>) {
-    let table = view.table.len();
-    if table < WARM_FROM {
+    if view.slots < WARM_FROM {
         return;
     }
+    let table = view.table.len();
     let (holds, tags) = (view.holds.len(), view.tags.len());
     let weak = Arc::downgrade(view);
     let _ = std::thread::Builder::new()
         .name("fp-table-warm".into())
         .spawn(move || {
             use memmap2::Advice::{PopulateRead, PopulateWrite};
-            let of =
-                |which: u8, len: usize| (0..len).step_by(WARM_FROM).map(move |at| (which, at, len));
+            let of = |which: u8, len: usize| {
+                (0..len).step_by(WARM_CHUNK).map(move |at| (which, at, len))
+            };
             for (which, at, len) in of(0, holds).chain(of(1, tags)).chain(of(2, table)) {
                 let Some(v) = weak.upgrade().filter(|v| !v.replaced()) else {
                     return;
                 };
-                let n = WARM_FROM.min(len - at);
+                let n = WARM_CHUNK.min(len - at);
                 let done = match which {
                     0 => v.holds.advise_range(PopulateWrite, at, n),
                     1 => v.tags.advise_range(PopulateWrite, at, n),

@@ -83,9 +83,9 @@ pub struct StoreConfig {
 
     /// Slots the object table published in shared memory starts with (and
     /// shrinks back to): clients get, check and release sealed local
-    /// objects through it without asking the store (64 bytes per slot; each
+    /// objects through it without asking the store (40 bytes per slot; each
     /// client's holds take 4 bytes per slot). It grows with the store, to
-    /// twice its objects once three quarters full, so every sealed object
+    /// 1.6 times its objects once three quarters full, so every sealed object
     /// is in it (docs/protocol.md, "A table that grows"). 0 turns it off:
     /// every operation then asks the store over the socket.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TABLE_SLOTS)]

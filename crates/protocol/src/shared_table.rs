@@ -32,6 +32,9 @@
 //! least one sees the other. So an object is never freed while a client
 //! holds it (`tests/table_model.rs` checks every interleaving with loom).
 //!
+//! The rest of a client's holds region (its ring of releases and its
+//! counts) is in `region`.
+//!
 //! A client can write only its own holds; the store reads them as untrusted
 //! numbers (capped at [`MAX_HOLDS`]). A client that lies pins objects for
 //! itself, as one that never releases would.
@@ -51,89 +54,29 @@ pub const PROBES: usize = 16;
 /// reach, so a long window costs nothing where it is not used, and a table
 /// three quarters full still finds a slot for every object.
 pub const MAX_REACH: usize = 128;
-/// Bytes of the table header and of each slot.
-pub const SLOT_BYTES: usize = 64;
-/// The table's magic number ("fptable1").
-pub const MAGIC: u64 = u64::from_le_bytes(*b"fptable1");
+/// Bytes of the table header; the slots follow it.
+pub const HEADER_BYTES: usize = 64;
+/// Bytes of each slot: 40 (a 64-byte slot before "fptable2"), so that a
+/// store of millions pays 53–80 B of table per object at the half to three
+/// quarters of its slots it keeps taken.
+pub const SLOT_BYTES: usize = 40;
+/// Bytes of a table of `slots` slots.
+pub fn table_len(slots: usize) -> usize {
+    HEADER_BYTES + slots * SLOT_BYTES
+}
+/// The table's magic number ("fptable2": 40-byte slots; a client that
+/// knows only "fptable1" does not read this table and asks the store).
+pub const MAGIC: u64 = u64::from_le_bytes(*b"fptable2");
 /// Set in a hold when the store turned it into store references.
 pub const ADOPTED: u32 = 1 << 31;
 /// The most holds the store honours per client and slot.
 pub const MAX_HOLDS: u32 = 1 << 20;
 
-/// Entries of the ring of recent releases after a client's holds: the
-/// client records each slot it gives a hold back on, and the store drains
-/// the ring before it picks objects to evict (least recently released
-/// first, as for releases sent over the socket).
-pub const RING: usize = 1024;
-
-/// Bytes of a client's holds region for a table of `slots` slots: the holds,
-/// then (64-byte aligned) the ring's head counter and its entries, then
-/// (64-byte aligned) the client's [counts](COUNTS).
-pub fn holds_region_len(slots: usize) -> usize {
-    counts_offset(slots) + 64
-}
-
-/// Requests a client answered from the table without asking the store, by
-/// kind: u64s at [`counts_offset`] in its holds region, which only it
-/// writes ([`count`]). The store adds them to its request metrics; releases
-/// need no count of their own (the ring's head counts them). Untrusted: a
-/// client can inflate them (the store takes at most 2^32 of growth per
-/// look), never lower them. Present when the store sets [`FEATURE_COUNTS`].
-pub const COUNTS: usize = 2;
-/// Index among the [`COUNTS`]: gets every object of which the table served.
-pub const COUNT_GET: usize = 0;
-/// Index among the [`COUNTS`]: contains the table answered alone.
-pub const COUNT_CONTAINS: usize = 1;
-
-/// Where a client's [`COUNTS`] start in its holds region.
-pub fn counts_offset(slots: usize) -> usize {
-    (ring_offset(slots) + 8 + RING * 4).div_ceil(64) * 64
-}
-
-/// Client side: one more request of kind `which` answered from the table.
-/// A relaxed add on the client's own cache line: a few nanoseconds beside
-/// a read of the table.
-pub fn count(counts: &[AtomicU64], which: usize) {
-    if let Some(c) = counts.get(which) {
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Where the ring's head (a u64) starts in the holds region.
-pub fn ring_offset(slots: usize) -> usize {
-    (slots * 4).div_ceil(64) * 64
-}
-
-/// Client side: records that a hold on `slot` was given back.
-pub fn record_release(head: &AtomicU64, ring: &[AtomicU32], slot: usize) {
-    let h = head.fetch_add(1, Ordering::Relaxed);
-    if let Some(e) = ring.get(h as usize % RING) {
-        e.store(slot as u32 + 1, Ordering::Release);
-    }
-}
-
-/// Store side: the slots released since `tail` (untrusted: bounded to the
-/// ring's size, out-of-range slots dropped); returns them and the new tail.
-pub fn drain_releases(
-    head: &AtomicU64,
-    ring: &[AtomicU32],
-    tail: u64,
-    slots: usize,
-) -> (Vec<usize>, u64) {
-    let h = head.load(Ordering::Acquire);
-    let from = if h < tail || h - tail > RING as u64 {
-        h.saturating_sub(RING as u64)
-    } else {
-        tail
-    };
-    let out = (from..h)
-        .filter_map(|t| ring.get(t as usize % RING))
-        .map(|e| e.load(Ordering::Acquire) as usize)
-        .filter(|&v| v >= 1 && v <= slots)
-        .map(|v| v - 1)
-        .collect();
-    (out, h)
-}
+mod region;
+pub use region::{
+    count, counts_offset, drain_releases, holds_region_len, record_release, ring_offset, COUNTS,
+    COUNT_CONTAINS, COUNT_GET, RING,
+};
 
 /// The number of holds (not adopted) in a hold word.
 pub fn held(h: &AtomicU32) -> u32 {
@@ -145,18 +88,57 @@ pub fn held(h: &AtomicU32) -> u32 {
     }
 }
 
-/// Where a slot's reach lies in its `state` word (the state is the low 32
+/// Where a slot's reach lies in its `state` word (the state is the low 8
 /// bits).
-pub const REACH_SHIFT: u32 = 32;
+pub const REACH_SHIFT: u32 = 8;
+
+/// Bits of a slot's location word for the offset in 64-byte units (an
+/// arena of up to 16 TiB).
+const OFFSET_BITS: u32 = 38;
+/// Bits for the data size (an object of up to 1 TiB).
+const DATA_BITS: u32 = 40;
+/// Bits for the metadata size (up to 256 KiB).
+const METADATA_BITS: u32 = 18;
+const _: () = assert!(OFFSET_BITS + DATA_BITS + METADATA_BITS == 96);
+
+/// Whether an object at `offset` with these sizes fits a slot's 96-bit
+/// location: its offset 64-byte aligned and under 16 TiB, its data under
+/// 1 TiB, its metadata under 256 KiB. The store does not publish one that
+/// does not; clients get it through the socket.
+pub fn fits(offset: u64, data_size: u64, metadata_size: u64) -> bool {
+    offset % 64 == 0
+        && offset / 64 < 1 << OFFSET_BITS
+        && data_size < 1 << DATA_BITS
+        && metadata_size < 1 << METADATA_BITS
+}
+
+fn pack_location(offset: u64, data_size: u64, metadata_size: u64) -> [u32; 3] {
+    let v = u128::from(offset / 64)
+        | u128::from(data_size) << OFFSET_BITS
+        | u128::from(metadata_size) << (OFFSET_BITS + DATA_BITS);
+    [v as u32, (v >> 32) as u32, (v >> 64) as u32]
+}
+
+fn unpack_location(w: [u32; 3]) -> (u64, u64, u64) {
+    let v = u128::from(w[0]) | u128::from(w[1]) << 32 | u128::from(w[2]) << 64;
+    let field = |shift: u32, bits: u32| ((v >> shift) & ((1u128 << bits) - 1)) as u64;
+    (
+        field(0, OFFSET_BITS) * 64,
+        field(OFFSET_BITS, DATA_BITS),
+        field(OFFSET_BITS + DATA_BITS, METADATA_BITS),
+    )
+}
 
 /// Slot states.
 pub const EMPTY: u32 = 0;
+/// The state's bits in a slot's `state` word.
+const STATE_MASK: u32 = (1 << REACH_SHIFT) - 1;
 /// A sealed object in memory, readable.
 pub const SEALED: u32 = 1;
 /// No longer readable through the table (freed, evicted, spilled, deleted).
 pub const RETIRED: u32 = 2;
 
-/// The table header (the first [`SLOT_BYTES`] of the table).
+/// The table header (the first [`HEADER_BYTES`] of the table).
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct Header {
@@ -194,35 +176,37 @@ pub const FEATURE_COUNTS: u64 = 2;
 pub const FEATURE_REPLACED: u64 = 4;
 
 /// One slot: an object's id, where its bytes lie and a sequence number
-/// (odd while the store writes the slot).
+/// (odd while the store writes the slot); ten 32-bit words.
+///
+/// The sequence number is 32 bits, as the Linux kernel's sequence counts
+/// are: a reader is fooled only if the store rewrites the one slot it is
+/// reading 2^31 times between two of its loads, and each rewrite is a
+/// whole create, seal and delete through the store.
 #[derive(Debug)]
-#[repr(C, align(64))]
+#[repr(C)]
 pub struct Slot {
     /// Sequence lock: odd while being written; moves on with every write.
-    pub seq: AtomicU64,
-    /// The id's 20 bytes in three words (the last 4 bytes zero).
-    pub id: [AtomicU64; 3],
-    /// [`EMPTY`], [`SEALED`] or [`RETIRED`] (low 32 bits), and the slot's
-    /// reach as a home (bits 32 up, see [`Slot::set_reach`]).
-    pub state: AtomicU64,
-    /// Offset of the data in the arena.
-    pub offset: AtomicU64,
-    /// Data bytes.
-    pub data_size: AtomicU64,
-    /// Metadata bytes.
-    pub metadata_size: AtomicU64,
+    pub seq: AtomicU32,
+    /// [`EMPTY`], [`SEALED`] or [`RETIRED`] (low 8 bits), and the slot's
+    /// reach as a home (bits 8 up, see [`Slot::set_reach`]).
+    pub state: AtomicU32,
+    /// The id's 20 bytes, little-endian words.
+    pub id: [AtomicU32; 5],
+    /// Offset of the data in 64-byte units (38 bits), data bytes (40 bits)
+    /// and metadata bytes (18 bits), little-endian ([`fits`]).
+    pub location: [AtomicU32; 3],
 }
 
 #[cfg(not(ferroplasma_loom))]
 const _: () = assert!(std::mem::size_of::<Slot>() == SLOT_BYTES);
 #[cfg(not(ferroplasma_loom))]
-const _: () = assert!(std::mem::size_of::<Header>() == SLOT_BYTES);
+const _: () = assert!(std::mem::size_of::<Header>() == HEADER_BYTES);
 
 /// A consistent reading of a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct View {
     /// The sequence number it was read at (even).
-    pub seq: u64,
+    pub seq: u32,
     /// The id's words.
     pub id: [u64; 3],
     /// The state.
@@ -256,6 +240,12 @@ pub fn id_of_words(words: &[u64; 3]) -> ObjectId {
     b[8..16].copy_from_slice(&words[1].to_le_bytes());
     b[16..].copy_from_slice(&words[2].to_le_bytes()[..4]);
     ObjectId(b)
+}
+
+/// The id's three words (as [`id_words`]) from a slot's five 32-bit words.
+fn words_of(w: [u32; 5]) -> [u64; 3] {
+    let pair = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+    [pair(w[0], w[1]), pair(w[2], w[3]), u64::from(w[4])]
 }
 
 /// A hint to load the cache line at `p`; never faults, never changes
@@ -310,13 +300,36 @@ impl Slot {
     /// zeroed shared memory).
     pub fn new() -> Self {
         Self {
-            seq: AtomicU64::new(0),
-            id: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
-            state: AtomicU64::new(0),
-            offset: AtomicU64::new(0),
-            data_size: AtomicU64::new(0),
-            metadata_size: AtomicU64::new(0),
+            seq: AtomicU32::new(0),
+            state: AtomicU32::new(0),
+            id: std::array::from_fn(|_| AtomicU32::new(0)),
+            location: std::array::from_fn(|_| AtomicU32::new(0)),
         }
+    }
+
+    /// Hints the CPU to load the slot (its first and last byte: a 40-byte
+    /// slot may cross a cache line).
+    #[cfg(not(ferroplasma_loom))]
+    #[inline(always)]
+    pub fn prefetch(&self) {
+        prefetch(self.seq.as_ptr());
+        prefetch(self.location[2].as_ptr());
+    }
+
+    /// Store side (the only writer): the state, without the sequence lock.
+    pub fn state_now(&self) -> u32 {
+        self.state.load(Ordering::Relaxed) & STATE_MASK
+    }
+
+    /// Store side (the only writer): the reach, without the sequence lock.
+    pub fn reach_now(&self) -> u32 {
+        self.state.load(Ordering::Relaxed) >> REACH_SHIFT
+    }
+
+    /// Store side (the only writer): the id's words, without the sequence
+    /// lock.
+    pub fn words_now(&self) -> [u64; 3] {
+        words_of(self.id.each_ref().map(|w| w.load(Ordering::Relaxed)))
     }
 
     /// Reads the slot consistently; `None` if the store kept writing it.
@@ -333,18 +346,17 @@ impl Slot {
                 continue;
             }
             let word = self.state.load(Ordering::Relaxed);
+            let id = words_of(self.id.each_ref().map(|w| w.load(Ordering::Relaxed)));
+            let (offset, data_size, metadata_size) =
+                unpack_location(self.location.each_ref().map(|w| w.load(Ordering::Relaxed)));
             let v = View {
                 seq: s1,
-                id: [
-                    self.id[0].load(Ordering::Relaxed),
-                    self.id[1].load(Ordering::Relaxed),
-                    self.id[2].load(Ordering::Relaxed),
-                ],
-                state: word as u32,
-                reach: (word >> REACH_SHIFT) as u32,
-                offset: self.offset.load(Ordering::Relaxed),
-                data_size: self.data_size.load(Ordering::Relaxed),
-                metadata_size: self.metadata_size.load(Ordering::Relaxed),
+                id,
+                state: word & STATE_MASK,
+                reach: word >> REACH_SHIFT,
+                offset,
+                data_size,
+                metadata_size,
             };
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == s1 {
@@ -354,17 +366,31 @@ impl Slot {
         None
     }
 
-    /// Store side: publishes a sealed object in this slot.
-    pub fn publish(&self, id: &[u64; 3], offset: u64, data_size: u64, metadata_size: u64) {
+    /// Store side: publishes a sealed object in this slot; false (and the
+    /// slot untouched) when its location does not [fit](fits) a slot.
+    #[must_use]
+    pub fn publish(&self, id: &[u64; 3], offset: u64, data_size: u64, metadata_size: u64) -> bool {
+        if !fits(offset, data_size, metadata_size) {
+            return false;
+        }
+        let words = [
+            id[0] as u32,
+            (id[0] >> 32) as u32,
+            id[1] as u32,
+            (id[1] >> 32) as u32,
+            id[2] as u32,
+        ];
+        let location = pack_location(offset, data_size, metadata_size);
         self.write(|s| {
-            for (w, v) in s.id.iter().zip(id) {
-                w.store(*v, Ordering::Relaxed);
+            for (w, v) in s.id.iter().zip(words) {
+                w.store(v, Ordering::Relaxed);
             }
-            s.offset.store(offset, Ordering::Relaxed);
-            s.data_size.store(data_size, Ordering::Relaxed);
-            s.metadata_size.store(metadata_size, Ordering::Relaxed);
+            for (w, v) in s.location.iter().zip(location) {
+                w.store(v, Ordering::Relaxed);
+            }
             s.set_state(SEALED);
         });
+        true
     }
 
     /// Store side: records this slot's reach as a home: the objects whose
@@ -375,16 +401,16 @@ impl Slot {
     /// publishes an object further out, and lowers it after it retires the
     /// furthest one.
     pub fn set_reach(&self, reach: u32) {
-        let state = self.state.load(Ordering::Relaxed) & u64::from(u32::MAX);
+        debug_assert!(reach as usize <= MAX_REACH);
+        let state = self.state.load(Ordering::Relaxed) & STATE_MASK;
         self.state
-            .store(state | (u64::from(reach) << REACH_SHIFT), Ordering::Release);
+            .store(state | (reach << REACH_SHIFT), Ordering::Release);
     }
 
     /// The state, keeping the reach (the store is the only writer).
     fn set_state(&self, state: u32) {
-        let reach = self.state.load(Ordering::Relaxed) & !u64::from(u32::MAX);
-        self.state
-            .store(reach | u64::from(state), Ordering::Relaxed);
+        let reach = self.state.load(Ordering::Relaxed) & !STATE_MASK;
+        self.state.store(reach | state, Ordering::Relaxed);
     }
 
     /// Store side: retires the slot (no new hold on its object can be

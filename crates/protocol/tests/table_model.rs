@@ -33,7 +33,7 @@ fn world() -> Arc<World> {
         bytes: UnsafeCell::new(42),
     };
     w.slots[0].set_reach(1);
-    w.slots[0].publish(&id_words(&ID), 64, 8, 0);
+    assert!(w.slots[0].publish(&id_words(&ID), 64, 8, 0));
     Arc::new(w)
 }
 

@@ -5,7 +5,7 @@
 
 use ferroplasma_protocol::shared_table::{home, id_words, take, Slot, Take, PROBES};
 use ferroplasma_protocol::ObjectId;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 const SLOTS: usize = 64;
 const KEY: u64 = 0x5eed;
@@ -20,7 +20,7 @@ fn table() -> (Vec<Slot>, Vec<AtomicU32>) {
 /// Leaves a slot as if the store were writing it for ever (its sequence
 /// number odd): a reader that looks at it gives up.
 fn jam(slot: &Slot) {
-    let seq: &AtomicU64 = &slot.seq;
+    let seq: &AtomicU32 = &slot.seq;
     seq.store(1, Ordering::Release);
 }
 
@@ -45,7 +45,7 @@ fn an_object_away_from_its_home_is_found_within_the_reach() {
     let h = home(&words, KEY, SLOTS);
     let at = (h + 5) % SLOTS;
     // Published 5 slots out, as the store does when the first 5 are taken.
-    slots[at].publish(&words, 4096, 10, 2);
+    assert!(slots[at].publish(&words, 4096, 10, 2));
     // Without the home's reach covering it, the client does not look there
     // (unless the store keeps no reach: then it looks at the whole window).
     assert_eq!(take(&slots, &holds, KEY, &id, true), Take::Absent);
@@ -66,7 +66,7 @@ fn an_object_away_from_its_home_is_found_within_the_reach() {
     // The reach lives beside the home slot's own state: publishing and
     // retiring the home slot's object keep it.
     let other = ObjectId([1; 20]);
-    slots[h].publish(&id_words(&other), 0, 1, 0);
+    assert!(slots[h].publish(&id_words(&other), 0, 1, 0));
     assert_eq!(slots[h].read().map(|v| v.reach), Some(6));
     slots[h].retire();
     assert_eq!(slots[h].read().map(|v| v.reach), Some(6));

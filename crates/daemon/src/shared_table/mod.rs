@@ -13,7 +13,8 @@
 //! The table follows the store's object count (docs/protocol.md, "A table
 //! that grows"): when it fills (a publish finds its window full, or three
 //! quarters of the slots are taken) or empties (under an eighth), the
-//! store builds a new one for twice its readable objects, publishes them
+//! store builds a new one for 1.6 times (growing) or twice (shrinking) its
+//! readable objects, publishes them
 //! there, retires every slot of the old one and adopts the holds clients
 //! had there (they become store references, as when an object is freed),
 //! and marks the old table replaced. A client that misses in a replaced
@@ -65,10 +66,6 @@ struct State {
     generation: u64,
     /// Objects published now.
     published: usize,
-    /// How far the object in each slot lies from its home slot.
-    distance: Vec<u8>,
-    /// Each slot's reach as a home (as written in the table).
-    reach: Vec<u8>,
     /// Each client's holds region in this table, and how far the store
     /// has read its ring of releases.
     holds: HashMap<ClientId, (Arc<MmapRaw>, u64)>,
@@ -133,8 +130,7 @@ impl SharedTable {
         let slots = st.table.slots();
         for id in ids {
             let (_, i) = st.table.words(id);
-            shared_table::prefetch(slots[i].seq.as_ptr());
-            shared_table::prefetch(&st.reach[i]);
+            slots[i].prefetch();
         }
     }
 
@@ -305,46 +301,60 @@ impl SharedTable {
             .collect()
     }
 
-    /// Publishes `id` in `st`'s table; false when its window is full.
+    /// Publishes `id` in `st`'s table; false when its window is full. An
+    /// object whose location does not fit a slot (over 1 TiB, metadata of
+    /// 256 KiB or more: [`shared_table::fits`]) is not published, and that
+    /// is not a full window: clients get it through the socket.
     fn publish(st: &mut State, id: &ObjectId, loc: &Location) -> bool {
+        if !shared_table::fits(loc.offset, loc.data_size, loc.metadata_size) {
+            return true;
+        }
         let (words, home) = st.table.words(id);
         let n = st.table.slots;
         let slots = st.table.slots();
-        let free = |i: usize| slots[i].state.load(Ordering::Relaxed) as u32 != shared_table::SEALED;
+        let free = |i: usize| slots[i].state_now() != shared_table::SEALED;
         let Some((k, i)) = shared_table::window_of(home, n, shared_table::MAX_REACH)
             .enumerate()
             .find(|&(_, i)| free(i))
         else {
             return false;
         };
-        if st.reach[home] as usize <= k {
+        if slots[home].reach_now() as usize <= k {
             // Raised before the object is published, so a reader that
             // finds it published finds the home's reach covering it.
-            st.reach[home] = k as u8 + 1;
             slots[home].set_reach(k as u32 + 1);
         }
-        slots[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
-        st.distance[i] = k as u8;
+        let published = slots[i].publish(&words, loc.offset, loc.data_size, loc.metadata_size);
+        debug_assert!(published, "checked to fit above");
         st.published += 1;
         true
     }
 
     /// Whether the table should be rebuilt for `objects` readable objects,
-    /// and with how many slots: larger (twice the objects) once three
+    /// and with how many slots: larger (1.6 times the objects) once three
     /// quarters of its slots are taken, or when a publish found its whole
     /// window of [`shared_table::MAX_REACH`] slots taken in a table over a
-    /// quarter full (twice the slots then); smaller (twice the objects, not
+    /// quarter full (then at least an eighth more slots); smaller (twice the objects, not
     /// under `--table-slots`) once under an eighth are.
+    ///
+    /// Growing keeps 62.5–75% of the slots taken, so the table costs 53–64
+    /// bytes per object (40-byte slots); doubling instead (50–75%) cost up
+    /// to 80 at the point after each rebuild. The price: a rebuild each
+    /// time the objects grow by a fifth instead of a half, about twice the
+    /// rebuild work over a store's growth (amortized, under 0.4 µs a put).
     fn size_for(&self, st: &State, objects: usize, full: bool) -> Option<usize> {
         let slots = st.table.slots;
-        let twice = |n: usize| n.saturating_mul(2).clamp(self.min_slots, self.max_slots);
+        let clamp = |n: usize| n.clamp(self.min_slots, self.max_slots);
+        let twice = |n: usize| clamp(n.saturating_mul(2));
         let want = if objects.saturating_mul(4) > slots.saturating_mul(3) {
-            twice(objects)
+            clamp(objects.saturating_mul(8) / 5)
         } else if full && objects.saturating_mul(4) > slots {
             // (A full window in a table a quarter full or less is ids aimed
             // at one window, which the keyed hash makes hard: not worth a
-            // rebuild.)
-            twice(objects.max(slots))
+            // rebuild.) Rebuilt with a new key, 1.6 times the objects or an
+            // eighth more slots, whichever is more: a window that fills
+            // by chance does not leave the table twice the size it needs.
+            clamp((objects.saturating_mul(8) / 5).max(slots.saturating_add(slots / 8)))
         } else if objects.saturating_mul(8) < slots {
             twice(objects)
         } else {
@@ -356,13 +366,10 @@ impl SharedTable {
 
 impl State {
     fn new(table: Table, generation: u64) -> Self {
-        let slots = table.slots;
         Self {
             table,
             generation,
             published: 0,
-            distance: vec![0; slots],
-            reach: vec![0; slots],
             holds: HashMap::new(),
             tokens: Tokens::default(),
             counted: HashMap::new(),
@@ -379,7 +386,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 impl Readers for SharedTable {
     fn readable(&self, id: ObjectId, loc: Location) -> bool {
         let mut st = self.lock();
-        if st.table.find(&st, &id).is_some() {
+        if st.table.find(&id).is_some() {
             return true;
         }
         let published = Self::publish(&mut st, &id, &loc);
@@ -388,7 +395,7 @@ impl Readers for SharedTable {
 
     fn unreadable(&self, id: ObjectId) -> Vec<(ClientId, u32)> {
         let mut st = self.lock();
-        let Some(i) = st.table.find(&st, &id) else {
+        let Some(i) = st.table.find(&id) else {
             return Vec::new();
         };
         let n = st.table.slots;
@@ -402,21 +409,20 @@ impl Readers for SharedTable {
             }
         }
         // Lowered after the object is retired: a reader with the old reach
-        // only looks further than it needs to.
-        let k = st.distance[i] as usize;
-        let home = (i + n - k) % n;
-        if st.reach[home] as usize == k + 1 {
-            let st = &mut *st;
-            let slots = st.table.slots();
+        // only looks further than it needs to. (The furthest object left of
+        // this home: the nearest slot before this one, within the reach,
+        // that holds an object whose home it is.)
+        let (_, home) = st.table.words(&id);
+        let k = (i + n - home) % n;
+        let slots = st.table.slots();
+        if slots[home].reach_now() as usize == k + 1 {
             let reach = (0..k)
                 .rev()
                 .find(|&j| {
                     let at = (home + j) % n;
-                    slots[at].state.load(Ordering::Relaxed) as u32 == shared_table::SEALED
-                        && st.distance[at] as usize == j
+                    slots[at].state_now() == shared_table::SEALED && st.table.home_of(at) == home
                 })
                 .map_or(0, |j| j + 1);
-            st.reach[home] = reach as u8;
             slots[home].set_reach(reach as u32);
         }
         adopted
@@ -459,7 +465,7 @@ impl Readers for SharedTable {
         let old_slots = old.slots();
         let mut ids: Vec<Option<ObjectId>> = vec![None; old.slots];
         for (i, s) in old_slots.iter().enumerate() {
-            if s.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED {
+            if s.state_now() == shared_table::SEALED {
                 ids[i] = old.object_at(i);
                 s.retire();
             }
@@ -526,7 +532,7 @@ impl Readers for SharedTable {
                 .sum()
         };
         ids.iter()
-            .map(|id| st.table.find(&st, id).map_or(0, held_at))
+            .map(|id| st.table.find(id).map_or(0, held_at))
             .collect()
     }
 
@@ -548,12 +554,13 @@ impl Readers for SharedTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferroplasma_protocol::shared_table::{Header, SLOT_BYTES};
+    use ferroplasma_protocol::shared_table::{table_len, Header};
 
-    fn loc(offset: u64) -> Location {
+    /// The `k`-th 64-byte place in the arena.
+    fn loc(k: u64) -> Location {
         Location {
             arena: 0,
-            offset,
+            offset: k * 64,
             data_size: 8,
             metadata_size: 0,
         }
@@ -664,22 +671,19 @@ mod tests {
             let st = t.lock();
             let mut furthest = vec![0u32; n];
             for id in live {
-                let Some(i) = st.table.find(&st, id) else {
+                let Some(i) = st.table.find(id) else {
                     continue; // its window was full: not published
                 };
                 let h = shared_table::home(&shared_table::id_words(id), key, n);
-                let k = st.distance[i] as u32;
-                assert_eq!((h + k as usize) % n, i);
+                let k = ((i + n - h) % n) as u32;
+                assert!((k as usize) < shared_table::MAX_REACH, "within its window");
                 furthest[h] = furthest[h].max(k + 1);
             }
             for (h, f) in furthest.iter().enumerate() {
                 let r = st.table.slots()[h].read().expect("a quiet slot").reach;
                 assert_eq!(r, *f, "slot {h}'s reach");
             }
-            let published = live
-                .iter()
-                .filter(|id| st.table.find(&st, id).is_some())
-                .count();
+            let published = live.iter().filter(|id| st.table.find(id).is_some()).count();
             assert_eq!(published, st.published);
             drop(st);
             let found = live
@@ -731,7 +735,7 @@ mod tests {
             .map_raw(&File::from(me.holds))
             .unwrap();
         let old = MmapOptions::new()
-            .len(65 * SLOT_BYTES)
+            .len(table_len(64))
             .map_raw_read_only(&File::from(me.table))
             .unwrap();
         let ids: Vec<ObjectId> = (0..50).map(|_| ObjectId::random()).collect();
@@ -746,25 +750,29 @@ mod tests {
             take(&t, my_holds, &ids[0]),
             shared_table::Take::Held(..)
         ));
-        assert_eq!(t.resize_for(ids.len(), false), Some(100));
+        assert_eq!(
+            t.resize_for(ids.len(), false),
+            Some(80),
+            "1.6 times its objects"
+        );
         let mut objects = ids
             .iter()
             .enumerate()
             .map(|(k, id)| (*id, loc(k as u64 * 64)));
-        assert_eq!(t.rebuild(100, &mut objects), vec![(ids[0], 7, 1)]);
+        assert_eq!(t.rebuild(80, &mut objects), vec![(ids[0], 7, 1)]);
         // Safety: the header lies at the start of the mapping, valid for
         // any bytes; read only.
         let header = unsafe { &*(old.as_ptr() as *const Header) };
         assert_ne!(header.replaced.load(Ordering::Acquire), 0);
-        assert_eq!(shape(&t).1, 100);
-        let fresh: Vec<AtomicU32> = (0..100).map(|_| AtomicU32::new(0)).collect();
+        assert_eq!(shape(&t).1, 80);
+        let fresh: Vec<AtomicU32> = (0..80).map(|_| AtomicU32::new(0)).collect();
         assert!(ids
             .iter()
             .all(|id| matches!(take(&t, &fresh, id), shared_table::Take::Held(..))));
         assert!(t.attach(7, &[0; 16]).is_none(), "not its token");
         assert!(t.attach(8, &me.token).is_none(), "not its client");
         let again = t.attach(7, &me.token).unwrap().unwrap();
-        assert_eq!(again.slots, 100);
+        assert_eq!(again.slots, 80);
         assert!(t.attach(7, &me.token).is_none(), "one region a table");
         assert_eq!(t.resize_for(50, false), None, "half full: kept");
         for id in &ids[5..] {
@@ -774,6 +782,36 @@ mod tests {
             t.resize_for(5, false),
             Some(64),
             "emptied: back to its first size"
+        );
+    }
+
+    /// Grown as the store grows it (a rebuild whenever a publish says the
+    /// table is crowded or full), the table takes 53–64 bytes of shared
+    /// memory per object from its first rebuild on, and publishes every
+    /// object. (With 64-byte slots, rebuilt for twice the objects: 85–128.)
+    #[test]
+    fn as_the_store_grows_its_table_costs_53_to_64_bytes_per_object() {
+        let t = SharedTable::create(1024, 1 << 22).unwrap();
+        let mut live: Vec<ObjectId> = Vec::new();
+        let (mut least, mut most) = (f64::MAX, 0f64);
+        for k in 0..200_000u64 {
+            live.push(ObjectId::random());
+            if !t.readable(live[k as usize], loc(k)) {
+                if let Some(n) = t.resize_for(live.len(), true) {
+                    let mut all = live.iter().enumerate().map(|(j, id)| (*id, loc(j as u64)));
+                    t.rebuild(n, &mut all);
+                }
+            }
+            if live.len() >= 2048 {
+                let per_object = table_len(shape(&t).1) as f64 / live.len() as f64;
+                least = least.min(per_object);
+                most = most.max(per_object);
+            }
+        }
+        assert_eq!(t.lock().published, live.len(), "every object published");
+        assert!(
+            most <= 64.1 && least >= 53.0,
+            "{least:.1}–{most:.1} B per object"
         );
     }
 

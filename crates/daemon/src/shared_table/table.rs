@@ -2,10 +2,9 @@
 //! to clients read-only), its size and hash key, and the reads the store
 //! makes of its own slots.
 
-use super::State;
 use crate::arena::Arena;
 use crate::DaemonError;
-use ferroplasma_protocol::shared_table::{self, Header, Slot, SLOT_BYTES};
+use ferroplasma_protocol::shared_table::{self, Header, Slot, HEADER_BYTES};
 use ferroplasma_protocol::ObjectId;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
@@ -22,7 +21,7 @@ pub(super) struct Table {
 impl Table {
     pub(super) fn create(slots: usize) -> Result<Self, DaemonError> {
         let slots = slots.max(shared_table::PROBES);
-        let map = Arena::create_store_writable(((slots + 1) * SLOT_BYTES) as u64)?;
+        let map = Arena::create_store_writable(shared_table::table_len(slots) as u64)?;
         // Backed now (16 MiB by default, a few ms at start): every seal
         // publishes into a random slot, and a first touch of its page would
         // cost that seal a page fault.
@@ -57,10 +56,11 @@ impl Table {
 
     pub(super) fn slots(&self) -> &[Slot] {
         // Safety: as for `header`: the slots follow the header inside the
-        // mapping (sized for `slots + 1` blocks of 64 bytes), `Slot` is a
-        // `repr(C)` block of atomics valid for any bytes.
+        // mapping (sized by `table_len(slots)`, and `HEADER_BYTES` keeps
+        // them 4-byte aligned), `Slot` is a `repr(C)` block of atomics valid
+        // for any bytes.
         unsafe {
-            std::slice::from_raw_parts(self.map.ptr().add(SLOT_BYTES) as *const Slot, self.slots)
+            std::slice::from_raw_parts(self.map.ptr().add(HEADER_BYTES) as *const Slot, self.slots)
         }
     }
 
@@ -72,21 +72,25 @@ impl Table {
 
     /// The slot `id` is published in (the store is the only writer, and
     /// holds the lock: its reads of its own slots are consistent).
-    pub(super) fn find(&self, st: &State, id: &ObjectId) -> Option<usize> {
+    pub(super) fn find(&self, id: &ObjectId) -> Option<usize> {
         let (words, home) = self.words(id);
         let slots = self.slots();
-        shared_table::window_of(home, self.slots, st.reach[home] as usize).find(|&i| {
+        let reach = slots.get(home)?.reach_now() as usize;
+        shared_table::window_of(home, self.slots, reach).find(|&i| {
             let v = &slots[i];
-            v.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED
-                && [0, 1, 2].map(|w| v.id[w].load(Ordering::Relaxed)) == words
+            v.state_now() == shared_table::SEALED && v.words_now() == words
         })
+    }
+
+    /// The home slot of the object in slot `i` (whatever its state).
+    pub(super) fn home_of(&self, i: usize) -> usize {
+        shared_table::home(&self.slots()[i].words_now(), self.key, self.slots)
     }
 
     /// The object published in slot `i`, if any.
     pub(super) fn object_at(&self, i: usize) -> Option<ObjectId> {
         let v = self.slots().get(i)?;
-        (v.state.load(Ordering::Relaxed) as u32 == shared_table::SEALED)
-            .then(|| shared_table::id_of_words(&[0, 1, 2].map(|w| v.id[w].load(Ordering::Relaxed))))
+        (v.state_now() == shared_table::SEALED).then(|| shared_table::id_of_words(&v.words_now()))
     }
 }
 
