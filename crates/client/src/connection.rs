@@ -108,8 +108,14 @@ impl Conn {
     }
 
     /// Reads the next reply, with as few reads as the kernel allows (usually
-    /// one: header and body arrive together).
-    pub fn read_reply(&mut self) -> Result<pb::Reply> {
+    /// one: header and body arrive together). With a `spin` window and
+    /// nothing buffered, it first looks at the socket for that long
+    /// (`crate::spin`) before the read that blocks.
+    pub fn read_reply(&mut self, spin: std::time::Duration) -> Result<pb::Reply> {
+        if !spin.is_zero() && self.reader.buffered() == 0 {
+            crate::spin::until_readable(self.reader.get_ref(), spin)
+                .map_err(ClientError::Disconnected)?;
+        }
         Ok(self.reader.read_message()?)
     }
 }

@@ -21,6 +21,8 @@
 //! - `releases` — references held, and releases batched into the next
 //!   request or sent by a flusher thread within 1 ms.
 //! - `connection` — the socket, the handshake and reading replies.
+//! - `spin` — looking at the socket for a reply for a few tens of
+//!   microseconds before blocking (`FERROPLASMA_SPIN_US`).
 //! - `shared_table` — the store's shared table: the object table in shared memory: gets, contains
 //!   and releases of sealed local objects without a round trip.
 //! - `fork` — cheap detection of use after `fork()`.
@@ -39,6 +41,7 @@ pub mod mapping;
 mod releases;
 mod session;
 mod shared_table;
+mod spin;
 pub mod subscription;
 pub mod trust;
 
@@ -49,6 +52,7 @@ pub use ferroplasma_protocol::pb::{MemberHealth, MemberStatus};
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
 pub use interrupt::set_interrupt_check;
 pub use listing::{ListPages, ObjectInfo};
+pub use spin::{DEFAULT_SPIN_US, MAX_SPIN_US, SPIN_ENV};
 pub use subscription::{
     decode_event_frames, decode_plasma_event, Event, EventFraming, EventKind, Subscription,
 };

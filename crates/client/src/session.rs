@@ -150,6 +150,13 @@ impl Session {
             request::Body::Get(g) => Some(g.object_ids.clone()),
             _ => None,
         };
+        // Requests the store answers at once are waited for by looking at
+        // the socket first (`crate::spin`); one that may wait is not.
+        let spin = match &body {
+            request::Body::Get(g) if g.timeout_ms != 0 => Duration::ZERO,
+            request::Body::Create(c) if c.wait_ms != 0 => Duration::ZERO,
+            _ => crate::spin::configured(),
+        };
         let frame = ferroplasma_protocol::frame::encode_frame(&pb::Request {
             request_id: id,
             body: Some(body),
@@ -177,7 +184,7 @@ impl Session {
             }
             r.reading = true;
             drop(r);
-            let read = self.lock_conn().read_reply();
+            let read = self.lock_conn().read_reply(spin);
             r = self.lock_replies();
             r.reading = false;
             if r.waiting > 0 {

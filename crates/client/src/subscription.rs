@@ -100,7 +100,7 @@ impl Subscription {
             return event(self.conn.reader.read_message()?);
         }
         loop {
-            if let Some(e) = event_of(self.conn.read_reply()?)? {
+            if let Some(e) = event_of(self.conn.read_reply(std::time::Duration::ZERO)?)? {
                 return Ok(e);
             }
         }

@@ -17,6 +17,8 @@
 //! - `listener` — socket creation, stale-socket and live-store detection.
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
 //! - `spill` — the spill directory's segment files (write, read back, remove).
+//! - `spin` — the store's thread kept awake for a moment after each request
+//!   (`--spin-us`).
 //! - `convert` — state machine types to wire messages.
 //! - `instruments` — what the connections count as they answer.
 //! - `metrics` — Prometheus metrics: read at each scrape (`metrics/collect.rs`)
@@ -47,6 +49,7 @@ pub mod server;
 mod shared;
 mod shared_table;
 mod spill;
+mod spin;
 mod watch;
 
 pub use config::StoreConfig;

@@ -113,6 +113,12 @@ pub async fn serve_until(
     let give_back = !config.prefault && !config.hugepages && !arena.is_hugetlb();
     let shared = SharedRef::new(store, arena, spill, table);
     shared.lock().give_back_memory = give_back;
+    tokio::spawn(
+        shared
+            .spin()
+            .clone()
+            .run(std::time::Duration::from_micros(u64::from(config.spin_us))),
+    );
     {
         // The table shrinks, and the arena's free pages go back, once a
         // second (when deletes made room for it). The kernel takes the pages

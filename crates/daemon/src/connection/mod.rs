@@ -314,7 +314,7 @@ impl Connection {
                 },
                 r = self.rd.read_buf(&mut self.inbuf) => match r {
                     Ok(0) => return Close::Eof,
-                    Ok(_) => {}
+                    Ok(_) => self.shared.spin().poke(),
                     Err(e) => return e.into(),
                 },
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {

@@ -64,7 +64,11 @@ pub struct Shared {
 
 /// A handle on [`Shared`].
 #[derive(Debug, Clone)]
-pub struct SharedRef(Arc<Mutex<Shared>>, Arc<std::sync::Condvar>);
+pub struct SharedRef(
+    Arc<Mutex<Shared>>,
+    Arc<std::sync::Condvar>,
+    Arc<crate::spin::Spin>,
+);
 
 impl SharedRef {
     /// Wraps a fresh state.
@@ -96,7 +100,13 @@ impl SharedRef {
             give_back_memory: true,
             freed_given_back: 0,
         }));
-        Self(state, Arc::new(std::sync::Condvar::new()))
+        Self(state, Arc::new(std::sync::Condvar::new()), Arc::default())
+    }
+
+    /// The store's spinner (`crate::spin`): connections poke it after each
+    /// request, without the lock.
+    pub fn spin(&self) -> &Arc<crate::spin::Spin> {
+        &self.2
     }
 
     /// Locks the state. A panic while it was held (a bug) does not take the
