@@ -49,6 +49,7 @@ pub use buffer::{MutableBuffer, ObjectBuffer};
 pub use client::{Client, ClusterStatus, DeleteStatus, Stats};
 pub use error::{ClientError, Result};
 pub use ferroplasma_protocol::pb::{MemberHealth, MemberStatus};
+pub use ferroplasma_protocol::shared_table::prefetch;
 pub use ferroplasma_protocol::{default_socket_path, ObjectId, DEFAULT_SOCKET, SOCKET_ENV};
 pub use interrupt::set_interrupt_check;
 pub use listing::{ListPages, ObjectInfo};
