@@ -240,8 +240,8 @@ def markdown(results: dict) -> str:
         "",
         "The last column is the least each can cost at that count on this "
         "machine, over 10^4: its time at 10^4 plus how much longer one random "
-        "read among that many 64 B slots of shared memory the table's size "
-        "takes, or for a batched get a batch of 1,000 independent such reads "
+        "read of 64 B (a cache line) in shared memory of the table's size at most "
+        "(64 B per object) takes, or for a batched get a batch of 1,000 independent such reads "
         "(ferroplasma-bench-floor, run after each count's measures; in brackets, "
         "the read or batch at 10^4 → at that count). Each lookup in the table "
         "waits for at least one such read (a batched get's overlap); at 10^4 the "
