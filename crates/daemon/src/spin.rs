@@ -39,7 +39,9 @@ impl Spin {
     /// A request was handled: keep the runtime awake for another window.
     pub fn poke(&self) {
         self.pokes.fetch_add(1, Ordering::Relaxed);
-        if self.parked.load(Ordering::Relaxed) {
+        // Only the poke that finds it parked wakes it: more would leave a
+        // permit that starts a window no request asked for.
+        if self.parked.swap(false, Ordering::Relaxed) {
             self.wake.notify_one();
         }
     }

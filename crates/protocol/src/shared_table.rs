@@ -57,8 +57,8 @@ pub const MAX_REACH: usize = 128;
 /// Bytes of the table header; the slots follow it.
 pub const HEADER_BYTES: usize = 64;
 /// Bytes of each slot: 40 (a 64-byte slot before "fptable2"), so that a
-/// store of millions pays 53–80 B of table per object at the half to three
-/// quarters of its slots it keeps taken.
+/// store of millions pays 53–64 B of table per object at the 62.5–75% of
+/// its slots it keeps taken.
 pub const SLOT_BYTES: usize = 40;
 /// Bytes of a table of `slots` slots.
 pub fn table_len(slots: usize) -> usize {

@@ -9,7 +9,7 @@ use crate::subscription::NativeSubscription;
 use ferroplasma_client::{prefetch, Client, DeleteStatus, ObjectId};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyType};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -52,6 +52,16 @@ fn oids(list: &Bound<'_, PyAny>) -> PyResult<Vec<ObjectId>> {
         let items: Vec<Bound<'_, PyAny>> = list.extract()?;
         return items.iter().map(oid_of).collect();
     };
+    // The `ObjectID` class, looked up before the passes, which run no
+    // Python code (the list stays as it is until its items are copied).
+    // Its one slot (`_b`) lies right after the object's header, the word at
+    // offset 16, in it and in its subclasses (which add no slots).
+    let id_type = list
+        .py()
+        .import("ferroplasma._ids")
+        .and_then(|m| m.getattr("ObjectID"))
+        .ok()
+        .and_then(|t| t.cast_into::<PyType>().ok());
     let item_at = |i: usize| {
         // Safety: `i` is below the list's length and the GIL is held (the
         // list cannot change meanwhile): a borrowed pointer to a live item.
@@ -60,24 +70,27 @@ fn oids(list: &Bound<'_, PyAny>) -> PyResult<Vec<ObjectId>> {
     for i in 0..list.len() {
         prefetch(item_at(i));
     }
-    for i in 0..list.len() {
-        let item = item_at(i);
-        // Safety: `item` is a live object (above); its type is a live type
-        // object. Reading the word at offset 16 of an object whose instances
-        // are at least 24 bytes reads inside the object: for an `ObjectID`
-        // (one slot, `_b`) it is the pointer to its bytes. The word is only
-        // a hint to the CPU, never dereferenced, so any other class's word
-        // there is harmless.
-        unsafe {
-            let ty = pyo3::ffi::Py_TYPE(item);
-            if (*ty).tp_basicsize >= 24 && ty != std::ptr::addr_of_mut!(pyo3::ffi::PyBytes_Type) {
-                prefetch(*(item as *const *const u8).add(2));
+    if let Some(id_type) = &id_type {
+        let id_type = id_type.as_type_ptr();
+        for i in 0..list.len() {
+            let item = item_at(i);
+            // Safety: `item` is a live object (above) and its type a live
+            // type object. An `ObjectID` (or a subclass) is at least 24
+            // bytes, so the word at offset 16 lies inside it: the pointer to
+            // its bytes. It is only a hint to the CPU, never dereferenced.
+            unsafe {
+                let ty = pyo3::ffi::Py_TYPE(item);
+                if (*ty).tp_basicsize >= 24 && pyo3::ffi::PyType_IsSubtype(ty, id_type) != 0 {
+                    prefetch(*(item as *const *const u8).add(2));
+                }
             }
         }
     }
     let slot = pyo3::intern!(list.py(), "_b");
-    let items: Vec<(Bound<'_, PyAny>, Option<Bound<'_, PyBytes>>)> = list
-        .iter()
+    // Copied first: a `__getattr__` below cannot change which items are read.
+    let items: Vec<Bound<'_, PyAny>> = list.iter().collect();
+    let items: Vec<(Bound<'_, PyAny>, Option<Bound<'_, PyBytes>>)> = items
+        .into_iter()
         .map(|item| {
             let bytes = match item.cast_exact::<PyBytes>() {
                 Ok(b) => Some(b.clone()),

@@ -45,7 +45,7 @@ mod trim;
 pub use error::StoreError;
 pub use events::{Effects, Event, EventKind, Notice};
 pub use lru::Lru;
-pub use object::{ClientId, Location, ObjectInfo, ObjectState, MAX_METADATA};
+pub use object::{ClientId, Location, ObjectInfo, ObjectState, MAX_METADATA, MAX_REFS};
 pub use policy::EvictionPolicy;
 pub use readers::Readers;
 pub use spill::SpillRef;

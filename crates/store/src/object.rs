@@ -45,10 +45,10 @@ pub enum ObjectState {
 /// ([`StoreError::MetadataTooLarge`](crate::StoreError::MetadataTooLarge)).
 pub const MAX_METADATA: u64 = (1 << 27) - 1;
 
-/// References an entry counts exactly; at this many its count sticks (the
-/// object stays until the store stops: a delete only marks it pending).
-/// Reaching it takes 2^32 − 1 references held at once.
-const STUCK: u32 = u32::MAX;
+/// The most references an object may have at once: 2^32 − 1. A get past it
+/// waits until some are released, holds a client claims past it are not
+/// adopted, so the count is always exact.
+pub const MAX_REFS: u64 = u32::MAX as u64;
 
 /// An object in the table: 68 bytes (issue 38 asks for at most 150 per
 /// object in all; the index adds about 8.4 bytes, see [`crate::dense`]).
@@ -69,7 +69,7 @@ pub(crate) struct Entry {
     data_size: u64,
     /// Metadata bytes (low 27 bits) and the flags (`F_*`, high 5 bits).
     meta_flags: u32,
-    /// References held, summed over clients ([`STUCK`] at most).
+    /// References held, summed over clients ([`MAX_REFS`] at most).
     refs: u32,
     create_time_us: i64,
     /// While unsealed, the client that created it (the one that may write,
@@ -204,23 +204,23 @@ impl Entry {
         u64::from(self.refs)
     }
 
-    /// `n` more references. A count that would pass [`STUCK`] sticks there:
-    /// the object is then never freed (it cannot be freed too early).
-    pub fn add_refs(&mut self, n: u64) {
-        self.refs = u64::from(self.refs).saturating_add(n).min(u64::from(STUCK)) as u32;
+    /// Up to `n` more references, as many as fit under [`MAX_REFS`]: how
+    /// many were added.
+    pub fn add_refs(&mut self, n: u64) -> u64 {
+        let added = n.min(MAX_REFS - u64::from(self.refs));
+        self.refs += added as u32;
+        added
     }
 
-    /// One reference fewer (none: stays 0; stuck: stays stuck).
+    /// One reference fewer (none: stays 0).
     pub fn drop_ref(&mut self) {
-        if self.refs != STUCK {
-            self.refs = self.refs.saturating_sub(1);
-        }
+        self.refs = self.refs.saturating_sub(1);
     }
 
     /// Sets the count outright (the references granted to a restore's
-    /// waiters), sticking at [`STUCK`].
+    /// waiters, far fewer than [`MAX_REFS`]).
     pub fn set_refs(&mut self, n: u64) {
-        self.refs = n.min(u64::from(STUCK)) as u32;
+        self.refs = n.min(MAX_REFS) as u32;
     }
 
     pub fn delete_pending(&self) -> bool {
@@ -373,23 +373,26 @@ mod tests {
     }
 
     #[test]
-    fn references_past_the_counter_stick_and_never_reach_zero() {
+    fn references_are_counted_exactly_up_to_the_most_an_object_may_have() {
         let mut e = entry(0);
         assert_eq!(e.refs(), 1);
         e.drop_ref();
         e.drop_ref();
         assert_eq!(e.refs(), 0, "no count under zero");
-        e.add_refs(u64::from(u32::MAX) - 2);
-        assert_eq!(e.refs(), u64::from(u32::MAX) - 2);
+        assert_eq!(e.add_refs(MAX_REFS - 2), MAX_REFS - 2);
         e.drop_ref();
-        assert_eq!(e.refs(), u64::from(u32::MAX) - 3, "still counted exactly");
-        e.add_refs(1 << 20);
-        assert_eq!(e.refs(), u64::from(STUCK));
-        for _ in 0..(1 << 21) {
-            e.drop_ref();
-        }
-        assert_eq!(e.refs(), u64::from(STUCK), "a stuck count is never freed");
+        assert_eq!(e.refs(), MAX_REFS - 3, "still counted exactly");
+        assert_eq!(e.add_refs(1 << 20), 3, "only as many as fit");
+        assert_eq!(e.refs(), MAX_REFS);
+        assert_eq!(e.add_refs(1), 0);
+        e.drop_ref();
+        assert_eq!(
+            e.refs(),
+            MAX_REFS - 1,
+            "a full count goes down as any other"
+        );
+        assert_eq!(e.add_refs(5), 1);
         e.set_refs(u64::MAX);
-        assert_eq!(e.refs(), u64::from(STUCK));
+        assert_eq!(e.refs(), MAX_REFS);
     }
 }

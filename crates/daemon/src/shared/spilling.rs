@@ -61,6 +61,13 @@ impl Shared {
     /// the batch), here and now. Without one, or when it fits, does nothing.
     /// (Creates use [`Shared::start_spill`], which does not block.)
     pub fn spill_for(&mut self, data_size: u64, metadata_size: u64) -> Result<(), StoreError> {
+        if metadata_size > ferroplasma_store::MAX_METADATA {
+            // Refused by the create anyway: nothing is spilled for it.
+            return Err(StoreError::MetadataTooLarge {
+                size: metadata_size,
+                limit: ferroplasma_store::MAX_METADATA,
+            });
+        }
         let Some(dir) = self.spill.clone() else {
             return Ok(());
         };

@@ -176,13 +176,21 @@ impl Store {
         let Some(pos) = self.objects.position(&id) else {
             return false;
         };
-        *c.refs.entry(id).or_insert(0) += u64::from(n);
-        self.not_evictable(pos);
+        // As many as the entry's count has room for (2^32 − 1 in all): a
+        // client that claims more holds than that loses the rest, which it
+        // then cannot release (NotHeld), and the object is never pinned
+        // past its references.
         let e = self.objects.at_mut(pos);
-        if e.refs() == 0 {
+        let was = e.refs();
+        let added = e.add_refs(u64::from(n));
+        if added == 0 {
+            return false;
+        }
+        *c.refs.entry(id).or_insert(0) += added;
+        if was == 0 {
             self.referenced_count += 1;
         }
-        e.add_refs(u64::from(n));
+        self.not_evictable(pos);
         true
     }
 
@@ -191,8 +199,8 @@ impl Store {
     /// otherwise only a table three quarters full or under an eighth full
     /// is rebuilt). Every readable object is published in the new table;
     /// the holds clients had in the old one become references. O(objects)
-    /// when it happens, at each doubling or halving: amortized O(1) per
-    /// object, as a hash table's growth.
+    /// when it happens (the objects grew by a fifth, or fell to an eighth of
+    /// the slots): amortized O(1) per object, as a hash table's growth.
     pub fn resize_readers(&mut self, full: bool) {
         let Some(r) = self.readers.clone() else {
             return;

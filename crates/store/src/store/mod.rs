@@ -8,7 +8,7 @@ use crate::clients::ClientState;
 use crate::dense::DenseTable;
 use crate::error::StoreError;
 use crate::events::{Effects, Event, EventKind, Notice};
-use crate::object::{ClientId, Entry, Location, ObjectState, MAX_METADATA};
+use crate::object::{ClientId, Entry, Location, ObjectState, MAX_METADATA, MAX_REFS};
 use crate::policy::EvictionPolicy;
 use crate::spill::SpillTable;
 use ferroplasma_protocol::layout::allocation_size;
@@ -330,7 +330,9 @@ impl Store {
     /// it stops being evictable and readers may take it.
     fn take_ref(&mut self, id: &ObjectId) -> Option<Location> {
         let pos = self.objects.position(id)?;
-        if !self.objects.at(pos).is_readable() {
+        let e = self.objects.at(pos);
+        if !e.is_readable() || e.refs() >= MAX_REFS {
+            // (2^32 − 1 references held at once: no more until some go.)
             return None;
         }
         self.not_evictable(pos);
