@@ -212,9 +212,9 @@ impl Entry {
         added
     }
 
-    /// One reference fewer (none: stays 0).
-    pub fn drop_ref(&mut self) {
-        self.refs = self.refs.saturating_sub(1);
+    /// `n` references fewer (stops at 0).
+    pub fn drop_refs(&mut self, n: u64) {
+        self.refs = u64::from(self.refs).saturating_sub(n) as u32;
     }
 
     /// Sets the count outright (the references granted to a restore's
@@ -376,16 +376,16 @@ mod tests {
     fn references_are_counted_exactly_up_to_the_most_an_object_may_have() {
         let mut e = entry(0);
         assert_eq!(e.refs(), 1);
-        e.drop_ref();
-        e.drop_ref();
+        e.drop_refs(1);
+        e.drop_refs(1);
         assert_eq!(e.refs(), 0, "no count under zero");
         assert_eq!(e.add_refs(MAX_REFS - 2), MAX_REFS - 2);
-        e.drop_ref();
+        e.drop_refs(1);
         assert_eq!(e.refs(), MAX_REFS - 3, "still counted exactly");
         assert_eq!(e.add_refs(1 << 20), 3, "only as many as fit");
         assert_eq!(e.refs(), MAX_REFS);
         assert_eq!(e.add_refs(1), 0);
-        e.drop_ref();
+        e.drop_refs(1);
         assert_eq!(
             e.refs(),
             MAX_REFS - 1,

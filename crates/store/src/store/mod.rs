@@ -151,9 +151,8 @@ impl Store {
             }
         }
         for (id, n) in state.refs {
-            for _ in 0..n {
-                self.drop_ref(id, &mut fx);
-            }
+            // All at once: a client may have held billions (holds adopted).
+            self.drop_refs(id, n, &mut fx);
         }
         fx
     }
@@ -481,13 +480,22 @@ impl Store {
     }
 
     fn drop_ref(&mut self, id: ObjectId, fx: &mut Effects) {
+        self.drop_refs(id, 1, fx);
+    }
+
+    /// `n` references fewer (at most as many as it has).
+    fn drop_refs(&mut self, id: ObjectId, n: u64, fx: &mut Effects) {
         let Some(e) = self.objects.get_mut(&id) else {
             return;
         };
-        if e.refs() == 1 {
+        if n == 0 {
+            return;
+        }
+        let had = e.refs();
+        if had > 0 && had <= n {
             self.referenced_count -= 1;
         }
-        e.drop_ref();
+        e.drop_refs(n);
         if e.refs() == 0 && e.is_sealed() {
             self.became_unreferenced(id, fx);
         }
