@@ -787,8 +787,9 @@ mod tests {
 
     /// Grown as the store grows it (a rebuild whenever a publish says the
     /// table is crowded or full), the table takes 53–64 bytes of shared
-    /// memory per object from its first rebuild on, and publishes every
-    /// object. (With 64-byte slots, rebuilt for twice the objects: 85–128.)
+    /// memory per object from its first rebuild on (up to 72 after a window
+    /// filled by chance), and publishes every object. (With 64-byte slots,
+    /// rebuilt for twice the objects: 85–128.)
     #[test]
     fn as_the_store_grows_its_table_costs_53_to_64_bytes_per_object() {
         let t = SharedTable::create(1024, 1 << 22).unwrap();
@@ -809,8 +810,10 @@ mod tests {
             }
         }
         assert_eq!(t.lock().published, live.len(), "every object published");
+        // 53–64 B as it grows; a window that filled by chance (rare at
+        // 62.5–75% full) rebuilds it with an eighth more slots, up to 72 B.
         assert!(
-            most <= 64.1 && least >= 53.0,
+            most <= 72.0 && least >= 53.0,
             "{least:.1}–{most:.1} B per object"
         );
     }
