@@ -9,7 +9,8 @@
 //! both do). So for requests the store answers at once (everything but a
 //! get or a create that may wait), the client polls the socket with
 //! non-blocking peeks for up to `FERROPLASMA_SPIN_US` microseconds (50 by
-//! default, 0 turns it off, at most 10,000) before it blocks; the store
+//! default, 0 turns it off, at most 10,000), yielding the CPU to any other
+//! thread that wants it between looks, before it blocks; the store
 //! does the same on its side (`ferroplasma store --spin-us`). A reply that
 //! takes longer than the window costs the window's CPU time and nothing
 //! else.
@@ -63,7 +64,10 @@ pub(crate) fn until_readable(socket: &impl AsRawFd, window: Duration) -> std::io
         if Instant::now() >= deadline {
             return Ok(());
         }
-        std::hint::spin_loop();
+        // Runnable, so the CPU does not halt, but any other thread that
+        // wants it gets it first: on a busy machine the look costs others
+        // nothing.
+        std::thread::yield_now();
     }
 }
 
