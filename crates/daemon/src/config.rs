@@ -96,8 +96,9 @@ pub struct StoreConfig {
     /// blocking). On a virtual machine each wake-up from sleep costs tens
     /// of microseconds (a round trip: 70 µs with both sides sleeping, 5 µs
     /// with both awake, on a 2-core VM), far more than a short request
-    /// takes; clients do the same (FERROPLASMA_SPIN_US). Costs this much
-    /// CPU time after the last request of a burst. 0 turns it off.
+    /// takes; clients do the same (FERROPLASMA_SPIN_US). Costs at most this
+    /// much CPU time after the last request of a burst, yielded to any
+    /// other thread that wants it. 0 turns it off.
     #[arg(long, value_name = "US", default_value_t = crate::spin::DEFAULT_SPIN_US,
           value_parser = clap::value_parser!(u32).range(0..=crate::spin::MAX_SPIN_US as i64))]
     pub spin_us: u32,
