@@ -8,7 +8,7 @@ use crate::subscription::Subscription;
 use ferroplasma_protocol::frame::MAX_IDS_PER_REQUEST;
 use ferroplasma_protocol::layout::metadata_offset;
 use ferroplasma_protocol::pb::{self, reply, request};
-use ferroplasma_protocol::shared_table::{self, Take};
+use ferroplasma_protocol::shared_table;
 use ferroplasma_protocol::ObjectId;
 use std::path::Path;
 use std::sync::Arc;
@@ -46,7 +46,7 @@ pub type ClusterStatus = pb::ClusterStatusReply;
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: Arc<Session>,
+    pub(crate) inner: Arc<Session>,
 }
 
 impl Client {
@@ -224,95 +224,9 @@ impl Client {
         self.seal(buf).map(drop)
     }
 
-    /// Gets sealed objects, waiting up to `timeout` (`None`: forever,
-    /// zero: don't wait) for those not sealed yet. Each entry is `None` if
-    /// its object did not appear in time. Each buffer holds a reference,
-    /// released when it is dropped.
-    pub fn get(
-        &self,
-        ids: &[ObjectId],
-        timeout: Option<Duration>,
-    ) -> Result<Vec<Option<ObjectBuffer>>> {
-        let Some(tables) = self.inner.table.as_ref() else {
-            return self.get_from_store(ids, timeout);
-        };
-        self.inner.check_pid()?;
-        // Sealed local objects come straight from the shared table; the rest
-        // (not sealed yet, spilled, on another member, or busy) from the
-        // store, in one request.
-        let mut table = tables.current();
-        let mut out: Vec<Option<ObjectBuffer>> = Vec::with_capacity(ids.len());
-        let mut rest: Vec<usize> = Vec::new();
-        if ids.len() > 1 {
-            table.prefetch(ids);
-        }
-        for (pos, id) in ids.iter().enumerate() {
-            out.push(None);
-            if !self.take_into(&table, pos, id, &mut out)? {
-                rest.push(pos);
-            }
-        }
-        // Missed in a table the store has replaced (it grew or shrank with
-        // the object count): those are looked for again in the new one.
-        if !rest.is_empty() {
-            if let Some(next) = self.inner.table_after(&table) {
-                table = next;
-                let mut still = Vec::new();
-                for pos in rest {
-                    if !self.take_into(&table, pos, &ids[pos], &mut out)? {
-                        still.push(pos);
-                    }
-                }
-                rest = still;
-            }
-        }
-        if rest.is_empty() {
-            table.count(shared_table::COUNT_GET);
-            return Ok(out);
-        }
-        let asked: Vec<ObjectId> = rest.iter().map(|&p| ids[p]).collect();
-        for (p, b) in rest.into_iter().zip(self.get_from_store(&asked, timeout)?) {
-            out[p] = b;
-        }
-        Ok(out)
-    }
-
-    /// Takes `id` from `table` into `out[pos]`: true if the table served
-    /// it, false if the store must be asked.
-    fn take_into(
-        &self,
-        table: &Arc<TableView>,
-        pos: usize,
-        id: &ObjectId,
-        out: &mut [Option<ObjectBuffer>],
-    ) -> Result<bool> {
-        match table.take(id) {
-            Take::Held(slot, v) => {
-                // The hold itself is the reference (and what `release`
-                // checks); an error below gives it back here.
-                let hold = Some((table.clone(), slot));
-                match self.buffer(*id, v.offset, v.data_size, v.metadata_size, hold) {
-                    Ok(b) => {
-                        out[pos] = Some(b);
-                        Ok(true)
-                    }
-                    Err(e) => {
-                        self.inner.give_back_hold(*id, table, slot);
-                        Err(e)
-                    }
-                }
-            }
-            Take::ReleaseThenAsk => {
-                self.inner.release_adopted(*id);
-                Ok(false)
-            }
-            Take::Absent | Take::Busy => Ok(false),
-        }
-    }
-
     /// A buffer over a sealed object's bytes in the arena (bounds checked),
     /// holding a reference (`hold`: a hold on that slot of the shared table).
-    fn buffer(
+    pub(crate) fn buffer(
         &self,
         id: ObjectId,
         offset: u64,
@@ -340,7 +254,7 @@ impl Client {
     /// [`Client::get`], asking the store for every object, in requests of at most
     /// [`MAX_IDS_PER_REQUEST`] ids (the store's limit), one after another
     /// within one deadline: any batch size works.
-    fn get_from_store(
+    pub(crate) fn get_from_store(
         &self,
         ids: &[ObjectId],
         timeout: Option<Duration>,

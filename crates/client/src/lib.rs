@@ -7,6 +7,8 @@
 //!
 //! Module map:
 //! - [`client`] — [`Client`] and its operations; [`DeleteStatus`], [`Stats`].
+//! - `get` — [`Client::get`]: sealed local objects from the shared table
+//!   (`Client::get_local`), the rest from the store (`Client::get_rest`).
 //! - [`listing`] — [`Client::list`] and [`ListPages`], a listing read a page at a time; [`ObjectInfo`], its rows.
 //! - [`buffer`] — [`ObjectBuffer`] (sealed, read-only, releases on drop) and
 //!   [`MutableBuffer`] (being created; holds the creator's reference;
@@ -26,15 +28,19 @@
 //! - `shared_table` — the store's shared table: the object table in shared memory: gets, contains
 //!   and releases of sealed local objects without a round trip.
 //! - `fork` — cheap detection of use after `fork()`.
+//! - `aligned_map` — shared memory mapped at a 2 MiB boundary and put in
+//!   2 MiB pages (the shared table's regions).
 //! - [`trust`] — [`Trust`]: which users' stores this client talks to.
 //! - [`interrupt`] — what a wait for a reply does when a signal arrives.
 
+mod aligned_map;
 pub mod buffer;
 pub mod client;
 mod connection;
 mod creators;
 pub mod error;
 mod fork;
+mod get;
 pub mod interrupt;
 pub mod listing;
 pub mod mapping;

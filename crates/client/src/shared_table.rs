@@ -2,20 +2,22 @@
 //! (`ferroplasma_protocol::shared_table`): gets, contains and releases of sealed,
 //! local objects without a round trip to the store.
 
+use crate::aligned_map::{AlignedMap, HUGE_PAGE};
 use crate::error::{ClientError, Result};
 use ferroplasma_protocol::shared_table::{self, table_len, Header, Slot, Take, HEADER_BYTES};
 use ferroplasma_protocol::ObjectId;
-use memmap2::{MmapMut, MmapOptions, MmapRaw};
-use std::fs::File;
-use std::os::fd::OwnedFd;
+use memmap2::MmapMut;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 /// The table (mapped read-only) and this client's holds (read-write).
 #[derive(Debug)]
 pub(crate) struct TableView {
-    table: MmapRaw,
-    holds: MmapRaw,
+    /// At a 2 MiB boundary, as the holds: [`warm`] puts a large table's
+    /// pages in 2 MiB pages.
+    table: AlignedMap,
+    holds: AlignedMap,
     /// Per slot, a tag of the id this process holds there (this process
     /// only; anonymous memory, zero until touched). It answers "does this
     /// client hold `id`" (Plasma's `release` check) without a map of held
@@ -38,17 +40,9 @@ impl TableView {
     pub fn map(table: OwnedFd, holds: OwnedFd, slots: u64) -> Result<Self> {
         let bad = |what: String| ClientError::Protocol(format!("the store's object table: {what}"));
         let slots = usize::try_from(slots).map_err(|_| bad("too many slots".into()))?;
-        let table = MmapOptions::new()
-            .len(table_len(slots))
-            .map_raw_read_only(&File::from(table))
+        let table = AlignedMap::map(table.as_fd(), table_len(slots), false)
             .map_err(|e| bad(format!("cannot map it: {e}")))?;
-        // 2 MiB pages where the kernel gives them to shared memory (the
-        // store asks for them on its side): a client then maps the whole
-        // table in a few faults instead of one per 64 KiB it touches.
-        let _ = table.advise(memmap2::Advice::HugePage);
-        let holds = MmapOptions::new()
-            .len(shared_table::holds_region_len(slots))
-            .map_raw(&File::from(holds))
+        let holds = AlignedMap::map(holds.as_fd(), shared_table::holds_region_len(slots), true)
             .map_err(|e| bad(format!("cannot map the holds: {e}")))?;
         let tags = MmapMut::map_anon(slots.max(1) * 8)
             .map_err(|e| bad(format!("cannot map the tags: {e}")))?;
@@ -153,20 +147,19 @@ impl TableView {
         shared_table::home(words, !self.key, usize::MAX) as u64 | 1
     }
 
-    /// Asks the CPU to start loading what taking holds on `ids` will touch
-    /// (each id's home slot, its hold and its tag), all at once. A take
-    /// is a chain of atomic operations whose locked instructions wait for
-    /// each cache miss in turn; with the lines already on their way, a
-    /// batched get of objects this process has not read lately waits for
-    /// memory once instead of three times per object.
-    pub fn prefetch(&self, ids: &[ObjectId]) {
-        let (slots, holds, tags) = (self.slots(), self.holds(), self.tags());
-        for id in ids {
-            let i = shared_table::home(&shared_table::id_words(id), self.key, self.slots);
-            slots[i].prefetch();
-            shared_table::prefetch(holds[i].as_ptr());
-            shared_table::prefetch(tags[i].as_ptr());
-        }
+    /// Asks the CPU to start loading what taking a hold on `id` will touch
+    /// (its home slot, its hold and its tag). A take is a chain of atomic
+    /// operations whose locked instructions wait for each cache miss in
+    /// turn; a batched get asks for every object's lines before its first
+    /// take, so that the misses overlap and it waits for memory once
+    /// instead of three times per object. (Asking a few ids ahead of each
+    /// take instead was slower: 419 µs against 328 µs a batch of 1,000
+    /// among 10^7 objects.)
+    pub fn prefetch(&self, id: &ObjectId) {
+        let i = shared_table::home(&shared_table::id_words(id), self.key, self.slots);
+        self.slots()[i].prefetch();
+        shared_table::prefetch(self.holds()[i].as_ptr());
+        shared_table::prefetch(self.tags()[i].as_ptr());
     }
 
     /// Takes a hold on the sealed object `id`.
@@ -271,6 +264,13 @@ const WARM_CHUNK: usize = 32 << 20;
 /// and the tags 8 B, what a reader of random objects reaches anyway (and
 /// the store's scans of the holds touch all of them). The connection does
 /// not wait; gets meanwhile fault as before.
+///
+/// The table and the holds are then put in 2 MiB pages
+/// ([`AlignedMap::collapse`]; the tags, private memory, get them from
+/// `MADV_HUGEPAGE`): a get of a random object among millions otherwise
+/// waits for a page walk per region it touches, on top of the cache misses.
+/// The first client to warm a table copies it (about 2.5 ms per 2 MiB on a
+/// virtual machine, on this thread); later ones find it done.
 fn warm(view: &Arc<TableView>) {
     if view.slots < WARM_FROM {
         return;
@@ -281,22 +281,36 @@ fn warm(view: &Arc<TableView>) {
     let _ = std::thread::Builder::new()
         .name("fp-table-warm".into())
         .spawn(move || {
-            use memmap2::Advice::{PopulateRead, PopulateWrite};
             let of = |which: u8, len: usize| {
                 (0..len).step_by(WARM_CHUNK).map(move |at| (which, at, len))
             };
+            let mut collapse = true;
             for (which, at, len) in of(0, holds).chain(of(1, tags)).chain(of(2, table)) {
                 let Some(v) = weak.upgrade().filter(|v| !v.replaced()) else {
                     return;
                 };
                 let n = WARM_CHUNK.min(len - at);
-                let done = match which {
-                    0 => v.holds.advise_range(PopulateWrite, at, n),
-                    1 => v.tags.advise_range(PopulateWrite, at, n),
-                    _ => v.table.advise_range(PopulateRead, at, n),
+                let shared = match which {
+                    0 => Some((&v.holds, true)),
+                    1 => None,
+                    _ => Some((&v.table, false)),
+                };
+                let done = match shared {
+                    Some((m, write)) => m.populate(at, n, write),
+                    None => v.tags.advise_range(memmap2::Advice::PopulateWrite, at, n),
                 };
                 if done.is_err() {
                     return; // a kernel before 5.14: pages fault in as before
+                }
+                // Whole 2 MiB pages only (`at` is a multiple of them).
+                let whole = n / HUGE_PAGE * HUGE_PAGE;
+                if let (Some((m, _)), true, true) = (shared, collapse, whole > 0) {
+                    if let Err(e) = m.collapse(at, whole) {
+                        // EINVAL: a kernel before 6.1, or huge pages denied.
+                        // Otherwise (no free huge page now, a page busy)
+                        // the next chunk may still go.
+                        collapse = e.raw_os_error() != Some(libc::EINVAL);
+                    }
                 }
             }
         });
@@ -366,5 +380,74 @@ impl Tables {
         }
         let old = self.old.lock().unwrap_or_else(|p| p.into_inner());
         old.iter().filter_map(Weak::upgrade).any(|t| t.holds_id(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn memfd(len: usize) -> std::fs::File {
+        use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+        let f = std::fs::File::from(memfd_create(c"table-test", MemFdCreateFlag::empty()).unwrap());
+        f.set_len(len as u64).unwrap();
+        f
+    }
+
+    /// Kilobytes of the mapping that starts at `at` that this process maps
+    /// in 2 MiB pages (`ShmemPmdMapped` in /proc/self/smaps).
+    fn huge_kb(at: *const u8) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{:x}-", at as usize);
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start)).skip(1);
+        lines
+            .find(|l| l.starts_with("ShmemPmdMapped:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Whether this kernel puts shared memory in 2 MiB pages when asked
+    /// (`MADV_COLLAPSE`, Linux 6.1).
+    fn kernel_collapses() -> bool {
+        let f = memfd(HUGE_PAGE);
+        let m = AlignedMap::map(f.as_fd(), HUGE_PAGE, true).unwrap();
+        m.populate(0, HUGE_PAGE, true).is_ok() && m.collapse(0, HUGE_PAGE).is_ok()
+    }
+
+    #[test]
+    fn a_large_tables_view_is_mapped_in_2_mib_pages_once_warmed() {
+        if !kernel_collapses() {
+            eprintln!("skipped: this kernel does not collapse shared memory into 2 MiB pages");
+            return;
+        }
+        let slots = WARM_FROM;
+        let table = memfd(table_len(slots));
+        {
+            let m = AlignedMap::map(table.as_fd(), table_len(slots), true).unwrap();
+            // Safety: the header lies at the start of the mapping, which is
+            // page-aligned and longer than it; atomics are valid for any bytes.
+            let h = unsafe { &*(m.as_ptr() as *const Header) };
+            h.slots.store(slots as u64, Ordering::Relaxed);
+            h.key.store(7, Ordering::Relaxed);
+            h.magic.store(shared_table::MAGIC, Ordering::Release);
+        }
+        let holds = memfd(shared_table::holds_region_len(slots));
+        let view = TableView::map(table.into(), holds.into(), slots as u64).unwrap();
+        let tables = Tables::new(view, 1, Vec::new());
+        let view = tables.current();
+        let whole = |len: usize| (len / HUGE_PAGE * HUGE_PAGE / 1024) as u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (t, h) = (huge_kb(view.table.as_ptr()), huge_kb(view.holds.as_ptr()));
+            if t == whole(view.table.len()) && h == whole(view.holds.len()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after 60 s, {t} kB of the table and {h} kB of the holds are in 2 MiB pages"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
