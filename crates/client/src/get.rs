@@ -56,9 +56,10 @@ impl Client {
 
     /// The second half of [`get`](Self::get): the objects at positions
     /// `rest` of `ids`, which [`get_local`](Self::get_local) did not
-    /// serve. They are looked for in the table that replaced the one it
-    /// read, if the store rebuilt it meanwhile, then asked of the store in
-    /// one request, waiting up to `timeout`. `each` gets every position of
+    /// serve. They are looked for once more in the table in use now (the
+    /// one that replaced the table it read, if the store rebuilt it
+    /// meanwhile), then asked of the store in one request, waiting up to
+    /// `timeout`. `each` gets every position of
     /// `rest` once, with `None` for an object that did not appear in time.
     pub fn get_rest(
         &self,
