@@ -251,8 +251,16 @@ fn a_killed_member_loses_only_its_own_objects_and_can_rejoin() {
     let st = a.cluster_status().unwrap();
     let dead_entry = st.members.iter().find(|x| x.addr == dead.addr).unwrap();
     assert_eq!(dead_entry.health, MemberHealth::Dead as i32);
-    // A lost id may be created again.
-    b.put(on_c[5], b"reborn", b"").unwrap();
+    // A lost id may be created again, once the id's owner and backup have
+    // declared C dead too: each member does so on its own clock, so A may
+    // have seen the loss first (and CI's starved machines stretch the gap).
+    eventually("lost id free", Duration::from_secs(10), || {
+        match b.put(on_c[5], b"reborn", b"") {
+            Ok(()) => true,
+            Err(ClientError::ObjectExists { .. }) => false,
+            Err(e) => panic!("creating the lost id {} again: {e}", on_c[5]),
+        }
+    });
     check_bytes(&a, on_c[5], b"reborn");
     // The member comes back (a new, empty incarnation) and rejoins.
     let addr = dead.addr.clone();
