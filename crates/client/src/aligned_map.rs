@@ -78,6 +78,11 @@ impl AlignedMap {
         self.len
     }
 
+    /// Never: an empty mapping is refused by [`map`](Self::map).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Backs `[at, at + n)` now (`MADV_POPULATE_WRITE` if `write`, which
     /// allocates the pages, else `MADV_POPULATE_READ`), so that later
     /// touches take no page fault. Linux 5.14 and later.
@@ -102,6 +107,26 @@ impl AlignedMap {
         #[cfg(not(target_env = "gnu"))]
         let advice = 25; // the Linux value; libc names it for glibc only
         self.advise(at, n, advice)
+    }
+
+    /// Bytes of this mapping this process maps in 2 MiB pages now
+    /// (`ShmemPmdMapped` in `/proc/self/smaps`; 0 if it cannot be read).
+    pub fn huge_bytes(&self) -> u64 {
+        let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+            return 0;
+        };
+        let start = format!("{:x}-", self.as_ptr() as usize);
+        let lines = smaps.lines().skip_while(|l| !l.starts_with(&start)).skip(1);
+        lines
+            // This mapping's fields, up to the next mapping's line.
+            .take_while(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|k| k.ends_with(':'))
+            })
+            .find(|l| l.starts_with("ShmemPmdMapped:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
     }
 
     fn advise(&self, at: usize, n: usize, advice: libc::c_int) -> io::Result<()> {
@@ -132,6 +157,25 @@ impl Drop for AlignedMap {
         // nothing borrows it beyond `self` (its users hold the value).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+/// Whether this kernel puts shared memory in 2 MiB pages when asked
+/// (`MADV_COLLAPSE`: Linux 6.1 and later, where huge pages are not denied).
+pub fn kernel_collapses() -> bool {
+    let Ok(fd) = nix::sys::memfd::memfd_create(
+        c"ferroplasma-probe",
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
+    ) else {
+        return false;
+    };
+    let f = std::fs::File::from(fd);
+    if f.set_len(HUGE_PAGE as u64).is_err() {
+        return false;
+    }
+    let Ok(m) = AlignedMap::map(std::os::fd::AsFd::as_fd(&f), HUGE_PAGE, true) else {
+        return false;
+    };
+    m.populate(0, 4096, true).is_ok() && m.collapse(0, HUGE_PAGE).is_ok()
 }
 
 /// Reserves `len` bytes of address space at a 2 MiB boundary (inaccessible,

@@ -28,12 +28,13 @@
 //! - `shared_table` — the store's shared table: the object table in shared memory: gets, contains
 //!   and releases of sealed local objects without a round trip.
 //! - `fork` — cheap detection of use after `fork()`.
-//! - `aligned_map` — shared memory mapped at a 2 MiB boundary and put in
-//!   2 MiB pages (the shared table's regions).
+//! - [`aligned_map`] — shared memory mapped at a 2 MiB boundary and put in
+//!   2 MiB pages (the shared table's regions; the store uses it to create
+//!   them in 2 MiB pages).
 //! - [`trust`] — [`Trust`]: which users' stores this client talks to.
 //! - [`interrupt`] — what a wait for a reply does when a signal arrives.
 
-mod aligned_map;
+pub mod aligned_map;
 pub mod buffer;
 pub mod client;
 mod connection;

@@ -395,29 +395,9 @@ mod tests {
         f
     }
 
-    /// Kilobytes of the mapping that starts at `at` that this process maps
-    /// in 2 MiB pages (`ShmemPmdMapped` in /proc/self/smaps).
-    fn huge_kb(at: *const u8) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let start = format!("{:x}-", at as usize);
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start)).skip(1);
-        lines
-            .find(|l| l.starts_with("ShmemPmdMapped:"))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// Whether this kernel puts shared memory in 2 MiB pages when asked
-    /// (`MADV_COLLAPSE`, Linux 6.1).
-    fn kernel_collapses() -> bool {
-        let f = memfd(HUGE_PAGE);
-        let m = AlignedMap::map(f.as_fd(), HUGE_PAGE, true).unwrap();
-        m.populate(0, HUGE_PAGE, true).is_ok() && m.collapse(0, HUGE_PAGE).is_ok()
-    }
-
     #[test]
     fn a_large_tables_view_is_mapped_in_2_mib_pages_once_warmed() {
-        if !kernel_collapses() {
+        if !crate::aligned_map::kernel_collapses() {
             eprintln!("skipped: this kernel does not collapse shared memory into 2 MiB pages");
             return;
         }
@@ -439,7 +419,10 @@ mod tests {
         let whole = |len: usize| (len / HUGE_PAGE * HUGE_PAGE / 1024) as u64;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (t, h) = (huge_kb(view.table.as_ptr()), huge_kb(view.holds.as_ptr()));
+            let (t, h) = (
+                view.table.huge_bytes() / 1024,
+                view.holds.huge_bytes() / 1024,
+            );
             if t == whole(view.table.len()) && h == whole(view.holds.len()) {
                 break;
             }

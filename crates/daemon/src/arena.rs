@@ -57,6 +57,8 @@ impl Arena {
         use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         let size = size.div_ceil(4096) * 4096;
         let arena = Self::map(memfd(false, true)?, size, false)?;
+        // Before the seals: a writable mapping is refused after them.
+        back_with_huge_pages(&arena.file, size);
         let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL | extra;
         fcntl(arena.file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).map_err(|e| {
             DaemonError::arena(
@@ -268,6 +270,40 @@ impl Arena {
             }
             off += 4096;
         }
+    }
+}
+
+/// Backs a fresh memfd with 2 MiB pages (each whole 2 MiB of it), before
+/// anyone else maps it: the object table and the holds regions, which
+/// clients read at random places and map at 2 MiB boundaries
+/// (`ferroplasma_client::aligned_map`), so that a read among millions of
+/// objects costs no page walk of 4 KiB pages. `MADV_COLLAPSE` (Linux 6.1)
+/// does it whatever `shmem_enabled` says; on an empty file it costs only
+/// the allocation (one byte per 2 MiB is touched first: it collapses what
+/// is there). Done here, it costs no one a wait: a client that collapses a
+/// table in use copies it while its readers wait for each page. A kernel
+/// that refuses leaves 4 KiB pages, as before.
+fn back_with_huge_pages(file: &File, size: u64) {
+    use ferroplasma_client::aligned_map::{AlignedMap, HUGE_PAGE};
+    let whole = (size as usize) / HUGE_PAGE * HUGE_PAGE;
+    if whole == 0 {
+        return;
+    }
+    let m = match AlignedMap::map(file.as_fd(), whole, true) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::debug!("mapping for 2 MiB pages failed: {e}");
+            return;
+        }
+    };
+    for at in (0..whole).step_by(HUGE_PAGE) {
+        // Safety: `at < whole`, inside the writable mapping just made; the
+        // file is new and no one else maps it yet, so nothing else reads
+        // or writes this byte; writing a zero over a zero changes nothing.
+        unsafe { m.as_ptr().add(at).write_volatile(0) };
+    }
+    if let Err(e) = m.collapse(0, whole) {
+        tracing::debug!(bytes = whole, "2 MiB pages for shared memory refused: {e}");
     }
 }
 

@@ -166,34 +166,68 @@ impl SharedTable {
     /// its socket, once the handshake is sent).
     pub fn add_client(&self, client: ClientId) -> Result<Attached, DaemonError> {
         let token = random()?;
-        let mut st = self.lock();
-        st.tokens.0.insert(client, token);
-        Self::attach_locked(&mut st, client, token)
+        self.lock().tokens.0.insert(client, token);
+        self.attach_with(client, token).unwrap_or_else(|| {
+            let e = std::io::Error::other("the client left while its region was made");
+            Err(DaemonError::io("attaching to the table", e))
+        })
     }
 
     /// The table in use and `client`'s holds region in it, for a client
     /// whose table was replaced (`AttachTable`); `None` unless `token` is
     /// the one `client` was given.
     pub fn attach(&self, client: ClientId, token: &[u8]) -> Option<Result<Attached, DaemonError>> {
-        let mut st = self.lock();
-        let known = *st.tokens.0.get(&client)?;
-        // A client that already has a region in this table asks for
-        // nothing new (a second region would hide its holds in the first).
-        if !constant_time_eq(&known, token) || st.holds.contains_key(&client) {
+        let known = *self.lock().tokens.0.get(&client)?;
+        if !constant_time_eq(&known, token) {
             return None;
         }
-        Some(Self::attach_locked(&mut st, client, known))
+        self.attach_with(client, known)
+    }
+
+    /// Creates `client`'s holds region for the table in use, without the
+    /// lock held (a large one is backed with 2 MiB pages as it is made,
+    /// tens of milliseconds for millions of slots, and seals would wait),
+    /// then hands it over if the table is still the one it was made for.
+    /// `None` if the client has gone or already has a region in this table
+    /// (a second region would hide its holds in the first).
+    fn attach_with(
+        &self,
+        client: ClientId,
+        token: [u8; 16],
+    ) -> Option<Result<Attached, DaemonError>> {
+        loop {
+            let (slots, generation) = {
+                let st = self.lock();
+                if st.holds.contains_key(&client) {
+                    return None;
+                }
+                (st.table.slots, st.generation)
+            };
+            // Sealed against resizing: a client that truncated it would
+            // fault the store's next read of it.
+            let region = match Arena::create_fixed_size(shared_table::holds_region_len(slots) as u64)
+            {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            let mut st = self.lock();
+            if st.tokens.0.get(&client) != Some(&token) || st.holds.contains_key(&client) {
+                return None;
+            }
+            if st.generation != generation {
+                continue; // rebuilt meanwhile: a region for the new table
+            }
+            return Some(Self::attach_locked(&mut st, client, token, region));
+        }
     }
 
     fn attach_locked(
         st: &mut State,
         client: ClientId,
         token: [u8; 16],
+        region: Arena,
     ) -> Result<Attached, DaemonError> {
         let slots = st.table.slots;
-        // Sealed against resizing: a client that truncated it would fault
-        // the store's next read of it.
-        let region = Arena::create_fixed_size(shared_table::holds_region_len(slots) as u64)?;
         let (file, map) = region.into_parts();
         let table = st
             .table
@@ -721,6 +755,39 @@ mod tests {
     // What clients answered from the table, as the metrics count it.
     use memmap2::MmapOptions;
     use std::fs::File;
+
+    /// The store creates a large table and a client's holds region in
+    /// 2 MiB pages: a client that maps them at a 2 MiB boundary maps them
+    /// in 2 MiB pages at once, with nothing to copy (a client that
+    /// collapsed them itself would make its readers wait for each page's
+    /// copy).
+    #[test]
+    fn a_large_table_and_its_holds_are_created_in_2_mib_pages() {
+        use ferroplasma_client::aligned_map::{kernel_collapses, AlignedMap, HUGE_PAGE};
+        use std::os::fd::AsFd;
+        if !kernel_collapses() {
+            eprintln!("skipped: this kernel does not put shared memory in 2 MiB pages");
+            return;
+        }
+        let slots = 1 << 19;
+        let t = SharedTable::create(slots, slots).unwrap();
+        let me = t.add_client(7).unwrap();
+        let lens = [
+            table_len(me.slots),
+            shared_table::holds_region_len(me.slots),
+        ];
+        for ((fd, len), what) in [me.table, me.holds]
+            .iter()
+            .zip(lens)
+            .zip(["table", "holds"])
+        {
+            let m = AlignedMap::map(fd.as_fd(), len, false).unwrap();
+            m.populate(0, len, false).unwrap();
+            let whole = (len / HUGE_PAGE * HUGE_PAGE) as u64;
+            assert!(whole > 0);
+            assert_eq!(m.huge_bytes(), whole, "the {what} in 2 MiB pages");
+        }
+    }
 
     /// A table rebuilt larger holds every object it was given; the holds
     /// clients had in the old one are adopted (returned, so the store makes
