@@ -732,11 +732,15 @@ mod tests {
                 .count();
             assert_eq!(found, published);
             // Three quarters full, a window of MAX_REACH slots fills for
-            // about one object in 50,000 (the store rebuilds the table
-            // larger then, see `size_for`).
+            // a few objects in 100,000 (the store rebuilds the table larger
+            // then, see `size_for`): 0–8 of 10^5 and 0–4 of the 50,000 left
+            // in 25 runs, and 6 of 50,000 once in CI; full windows come in
+            // clumps. One in 1,000 is far above that and far below what a
+            // broken publish loses.
             assert!(
-                published * 10_000 >= live.len() * 9_999,
-                "{published} published"
+                published * 1_000 >= live.len() * 999,
+                "{published} published of {}",
+                live.len()
             );
             for _ in 0..1000 {
                 let absent = ObjectId::random();
