@@ -83,10 +83,10 @@ test: test-rust test-python test-plasma test-go test-java ## Run every test (Rus
 
 # Tests that need root (network namespaces, other users) are marked ignored,
 # so that elsewhere they are reported as skipped; as root they run here.
-test-rust: ## Rust unit, property and integration tests (root-only ones when root), and the loom model of the shared table
+test-rust: ## Rust unit, property and integration tests (root-only ones when root), and the loom models of the shared table and of writes without a round trip
 	$(CARGO) build -p ferroplasma-capi
 	$(CARGO) test --workspace
-	RUSTFLAGS="--cfg ferroplasma_loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p ferroplasma-protocol --test table_model
+	RUSTFLAGS="--cfg ferroplasma_loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p ferroplasma-protocol --test table_model --test fast_writes_model
 	@if [ "$$(id -u)" = 0 ]; then \
 	  echo "test-rust: as root, the root_ tests run too: they create network namespaces (removed after) and run clients as uid 65534"; \
 	  $(CARGO) test --workspace -- --ignored root_; \

@@ -109,6 +109,8 @@ pub struct MutableBuffer {
     /// Whether Drop gives the creator's reference back (false once the
     /// buffer was turned into a sealed one, or aborted).
     pub(crate) armed: bool,
+    /// Created without a round trip: in which lease (see `fast_writes`).
+    pub(crate) fast: Option<crate::fast_writes::FastCreate>,
 }
 
 // Safety: the pointer refers to the shared mapping kept alive by `session`;
@@ -122,6 +124,11 @@ unsafe impl Sync for MutableBuffer {}
 
 impl Drop for MutableBuffer {
     fn drop(&mut self) {
+        if let Some(f) = self.fast.take() {
+            if let Some(w) = self.session.fast_writer_if_open() {
+                w.finished(f.lease);
+            }
+        }
         if self.armed {
             self.session.release_creator(self.id, self.token);
         }

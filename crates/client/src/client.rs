@@ -5,8 +5,9 @@ use crate::error::{ClientError, Result};
 use crate::session::Session;
 use crate::shared_table::TableView;
 use crate::subscription::Subscription;
+use ferroplasma_protocol::fast_writes;
 use ferroplasma_protocol::frame::MAX_IDS_PER_REQUEST;
-use ferroplasma_protocol::layout::metadata_offset;
+use ferroplasma_protocol::layout::{allocation_size, metadata_offset};
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::shared_table;
 use ferroplasma_protocol::ObjectId;
@@ -107,6 +108,9 @@ impl Client {
         metadata: &[u8],
         wait: Option<Duration>,
     ) -> Result<MutableBuffer> {
+        if let Some(buf) = self.create_fast(id, data_size, metadata)? {
+            return Ok(buf);
+        }
         let wait_ms = match wait {
             None => -1,
             Some(d) if d.is_zero() => 0,
@@ -132,23 +136,8 @@ impl Client {
         let loc = c
             .location
             .ok_or_else(|| ClientError::Protocol("Create reply without location".into()))?;
-        self.inner.releases.add_held(id);
-        let token = self.inner.releases.creators().created(id);
-        // From here on, dropping the buffer gives the reference back.
-        let mut buf = MutableBuffer {
-            session: self.inner.clone(),
-            id,
-            token,
-            data: std::ptr::null_mut(),
-            data_len: loc.data_size as usize,
-            meta: std::ptr::null(),
-            meta_len: loc.metadata_size as usize,
-            armed: true,
-        };
-        buf.data = self.inner.checked_ptr(loc.offset, loc.data_size)?;
-        let meta_at = loc.offset + metadata_offset(loc.data_size);
-        let meta = self.inner.checked_ptr(meta_at, loc.metadata_size)?;
-        buf.meta = meta;
+        let buf = self.writable(id, loc.offset, loc.data_size, loc.metadata_size, None)?;
+        let meta = buf.meta as *mut u8;
         if !inline {
             if loc.metadata_size != metadata.len() as u64 {
                 return Err(ClientError::Protocol(format!(
@@ -169,7 +158,15 @@ impl Client {
     /// writable buffer is consumed (no writable slice outlives the seal);
     /// the read-only buffer returned holds the creator's reference. On an
     /// error the reference is given back with the buffer.
-    pub fn seal(&self, buf: MutableBuffer) -> Result<ObjectBuffer> {
+    pub fn seal(&self, mut buf: MutableBuffer) -> Result<ObjectBuffer> {
+        if let Some(f) = buf.fast.take() {
+            self.inner.check_pid()?;
+            let w = self.inner.fast_writer_if_open().ok_or_else(|| {
+                ClientError::Protocol("a buffer created without a round trip, and no ring".into())
+            })?;
+            w.end(&*self.inner, buf.id, fast_writes::SEAL, f.lease)?;
+            return Ok(buf.into_sealed());
+        }
         self.call(request::Body::Seal(pb::Seal {
             object_id: buf.id.0.to_vec(),
         }))?;
@@ -182,6 +179,17 @@ impl Client {
     /// the object.
     pub fn abort(&self, mut buf: MutableBuffer) -> Result<()> {
         let id = buf.id;
+        if let Some(f) = buf.fast.take() {
+            self.inner.check_pid()?;
+            if let Some(w) = self.inner.fast_writer_if_open() {
+                w.end(&*self.inner, id, fast_writes::ABORT, f.lease)?;
+            }
+            buf.armed = false;
+            if self.inner.releases.creators().aborted(id) {
+                self.inner.releases.take_held(id);
+            }
+            return Ok(());
+        }
         self.call(request::Body::Abort(pb::Abort {
             object_id: id.0.to_vec(),
         }))?;
@@ -196,6 +204,10 @@ impl Client {
     /// message when data and metadata fit the store's inline limit (8 MiB
     /// together), else as create + copy + seal.
     pub fn create_and_seal(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
+        if let Some(mut buf) = self.create_fast(id, data.len() as u64, metadata)? {
+            buf.as_mut_slice().copy_from_slice(data);
+            return self.seal(buf).map(drop);
+        }
         if (data.len() as u64).saturating_add(metadata.len() as u64) <= self.inner.max_inline {
             return self
                 .call(request::Body::CreateAndSeal(pb::CreateAndSeal {
@@ -215,6 +227,69 @@ impl Client {
             return self.create_and_seal(id, data, metadata);
         }
         self.create_copy_seal(id, data, metadata)
+    }
+
+    /// [`Client::create`] without a round trip (docs/protocol.md, "Writes
+    /// without a round trip"), when the store offers it and the object is
+    /// small: `None` to go the slow way.
+    fn create_fast(
+        &self,
+        id: ObjectId,
+        data_size: u64,
+        metadata: &[u8],
+    ) -> Result<Option<MutableBuffer>> {
+        self.inner.check_pid()?;
+        let need = allocation_size(data_size, metadata.len() as u64);
+        if need > fast_writes::MAX_FAST_OBJECT {
+            return Ok(None);
+        }
+        let Some(w) = self.inner.fast_writer() else {
+            return Ok(None);
+        };
+        let tables = self.inner.table.as_ref();
+        let in_table = || tables.and_then(|t| t.current().lookup(&id));
+        let meta_len = metadata.len() as u64;
+        let Some(f) = w.create(&*self.inner, id, data_size, meta_len, in_table)? else {
+            return Ok(None);
+        };
+        let buf = self.writable(id, f.offset, data_size, meta_len, Some(f))?;
+        let meta = buf.meta as *mut u8;
+        // Safety: `meta` points at `metadata.len()` bytes inside the mapping
+        // (checked above), in this client's lease, given to this object
+        // alone; the source is a distinct Rust slice.
+        unsafe { std::ptr::copy_nonoverlapping(metadata.as_ptr(), meta, metadata.len()) };
+        Ok(Some(buf))
+    }
+
+    /// The buffer of an object this client just created at `offset`,
+    /// holding the creator's reference (given back when it is dropped).
+    fn writable(
+        &self,
+        id: ObjectId,
+        offset: u64,
+        data_size: u64,
+        metadata_size: u64,
+        fast: Option<crate::fast_writes::FastCreate>,
+    ) -> Result<MutableBuffer> {
+        self.inner.releases.add_held(id);
+        let token = self.inner.releases.creators().created(id);
+        // From here on, dropping the buffer gives the reference back.
+        let mut buf = MutableBuffer {
+            session: self.inner.clone(),
+            id,
+            token,
+            data: std::ptr::null_mut(),
+            data_len: data_size as usize,
+            meta: std::ptr::null(),
+            meta_len: metadata_size as usize,
+            armed: true,
+            fast,
+        };
+        buf.data = self.inner.checked_ptr(offset, data_size)?;
+        buf.meta = self
+            .inner
+            .checked_ptr(offset + metadata_offset(data_size), metadata_size)?;
+        Ok(buf)
     }
 
     fn create_copy_seal(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {

@@ -18,6 +18,8 @@
 //!   once, by the buffer's drop or an explicit release.
 //! - [`subscription`] — [`Subscription`], a stream of seal/delete [`Event`]s.
 //! - [`error`] — [`ClientError`].
+//! - `fast_writes` — creating, writing and sealing small objects without
+//!   a round trip: leases of the arena, a ring of records, claims.
 //! - `session` — one connection shared by a client's clones and buffers:
 //!   the mapped arena and the reply multiplexer (threads share the socket).
 //! - `releases` — references held, and releases batched into the next
@@ -40,6 +42,7 @@ pub mod client;
 mod connection;
 mod creators;
 pub mod error;
+mod fast_writes;
 mod fork;
 mod get;
 pub mod interrupt;

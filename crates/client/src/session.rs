@@ -47,6 +47,9 @@ pub(crate) struct Session {
     /// The store's object table in shared memory (gets without a round
     /// trip), if it publishes one.
     pub(crate) table: Option<Tables>,
+    /// Writes without a round trip: set up at the first small create
+    /// (`None` inside when the store does not offer them).
+    fast: std::sync::OnceLock<Option<crate::fast_writes::FastWriter>>,
 }
 
 /// Replies in flight between threads sharing one session.
@@ -124,6 +127,7 @@ impl Session {
             read_only,
             releases: Releases::default(),
             table,
+            fast: std::sync::OnceLock::new(),
         })
     }
 
@@ -267,6 +271,22 @@ impl Session {
         r.map_err(ClientError::Disconnected)
     }
 
+    /// Writes without a round trip, if this client may create and the
+    /// store offers them (asked once, at the first small create).
+    pub(crate) fn fast_writer(&self) -> Option<&crate::fast_writes::FastWriter> {
+        if self.read_only || self.table.is_none() {
+            return None;
+        }
+        self.fast
+            .get_or_init(|| crate::fast_writes::FastWriter::open(self))
+            .as_ref()
+    }
+
+    /// The fast writer, if it was set up (for buffers created through it).
+    pub(crate) fn fast_writer_if_open(&self) -> Option<&crate::fast_writes::FastWriter> {
+        self.fast.get().and_then(Option::as_ref)
+    }
+
     /// `Forked` when used in a child process after `fork()`.
     pub(crate) fn check_pid(&self) -> Result<()> {
         if crate::fork::generation() != self.fork_generation {
@@ -292,6 +312,28 @@ impl Session {
 
     fn lock_conn(&self) -> MutexGuard<'_, Conn> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl crate::fast_writes::Link for Session {
+    fn call(&self, body: request::Body) -> Result<reply::Body> {
+        Session::call(self, body)
+    }
+
+    fn checked_ptr(&self, offset: u64, len: u64) -> Result<*mut u8> {
+        Session::checked_ptr(self, offset, len)
+    }
+
+    /// An empty `Release`, not answered: the store takes the rings in
+    /// whenever it takes its lock.
+    fn ring_doorbell(&self) -> Result<()> {
+        let frame = ferroplasma_protocol::frame::encode_frame(&pb::Request {
+            request_id: 0,
+            body: Some(request::Body::Release(pb::Release {
+                object_ids: Vec::new(),
+            })),
+        });
+        self.write_frames(&frame)
     }
 }
 

@@ -212,6 +212,23 @@ impl TableView {
         adopted
     }
 
+    /// Whether the table shows `id` now: `Some(true)` published,
+    /// `Some(false)` not, `None` when it cannot tell (a slot being
+    /// written, or the table replaced by a larger one).
+    pub fn lookup(&self, id: &ObjectId) -> Option<bool> {
+        if self.replaced() {
+            return None;
+        }
+        shared_table::find(
+            self.slots(),
+            self.key,
+            &shared_table::id_words(id),
+            self.reach,
+        )
+        .ok()
+        .map(|found| found.is_some())
+    }
+
     /// Whether `id` is sealed in this store's memory now (`false`: not in
     /// the table; it may still be being created, spilled or elsewhere).
     pub fn contains(&self, id: &ObjectId) -> bool {

@@ -40,7 +40,9 @@ pub fn store_error(e: &StoreError) -> wire::Error {
         | StoreError::SpillFailed { .. } => (C::StoreFull, None),
         StoreError::NotCreator(id) => (C::NotCreator, Some(id)),
         StoreError::AlreadySealed(id) => (C::AlreadySealed, Some(id)),
-        StoreError::NotHeld(id) => (C::ProtocolViolation, Some(id)),
+        StoreError::NotHeld(id) | StoreError::OutsideLease { id, .. } => {
+            (C::ProtocolViolation, Some(id))
+        }
         StoreError::MetadataTooLarge { .. } => (C::TooLarge, None),
     };
     wire_error(code, e.to_string(), id.copied())

@@ -48,11 +48,11 @@ impl ClusterStore {
 /// and waits for spills under way while there is no room.
 fn with_room<'a, T>(
     shared: &'a SharedRef,
-    sh: std::sync::MutexGuard<'a, Shared>,
+    sh: crate::shared::Locked<'a>,
     data_size: u64,
     metadata_size: u64,
     mut f: impl FnMut(&mut Shared) -> Result<T, StoreError>,
-) -> (std::sync::MutexGuard<'a, Shared>, Result<T, StoreError>) {
+) -> (crate::shared::Locked<'a>, Result<T, StoreError>) {
     shared.with_room(sh, |sh| {
         sh.spill_for(data_size, metadata_size).and_then(|()| f(sh))
     })

@@ -91,6 +91,17 @@ pub struct StoreConfig {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_TABLE_SLOTS)]
     pub table_slots: u32,
 
+    /// Let clients create, write and seal objects of up to 64 KiB without
+    /// a round trip: each allocates in ranges of the arena the store leases
+    /// it (1 MiB at a time) and tells the store through a ring in shared
+    /// memory (docs/protocol.md, "Writes without a round trip"). Needs the
+    /// shared table (--table-slots above 0); off on a cluster member, whose
+    /// creates claim their ids cluster-wide. `off` sends every create to
+    /// the store.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off,
+          action = clap::ArgAction::Set)]
+    pub fast_writes: bool,
+
     /// Microseconds the store stays awake after each request before its
     /// thread sleeps (yielding, and looking for the next request without
     /// blocking). On a virtual machine each wake-up from sleep costs tens
@@ -219,6 +230,7 @@ impl StoreConfig {
             metrics_listen: None,
             table_slots: DEFAULT_TABLE_SLOTS,
             spin_us: crate::spin::DEFAULT_SPIN_US,
+            fast_writes: true,
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),
             cluster_listen: None,
@@ -486,6 +498,15 @@ fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
     s.parse().map_err(|_| {
         format!("{s:?} is neither a port (9464) nor HOST:PORT (127.0.0.1:9464, 0.0.0.0:9464)")
     })
+}
+
+/// `on` or `off` (also true/false, yes/no, 1/0).
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("{s:?}: say on or off")),
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ pub enum Op {
     stats,
     subscribe,
     cluster_status,
+    lease,
+    settle,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,6 +37,9 @@ pub struct OpLabel {
 #[derive(Debug)]
 pub struct Instruments {
     pub(crate) requests: Family<OpLabel, Counter>,
+    /// Creates, seals and aborts clients made through their rings (writes
+    /// without a round trip), counted in `requests` too.
+    pub(crate) through_rings: Family<OpLabel, Counter>,
     pub(crate) seconds: Family<OpLabel, Histogram>,
 }
 
@@ -42,6 +47,7 @@ impl Default for Instruments {
     fn default() -> Self {
         Self {
             requests: Family::default(),
+            through_rings: Family::default(),
             // 1 µs … 1 s, four buckets per decade.
             seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(1e-6, 10f64.powf(0.25), 25))
@@ -51,6 +57,12 @@ impl Default for Instruments {
 }
 
 impl Instruments {
+    /// One record of kind `op` taken in from a client's ring.
+    pub fn through_ring(&self, op: Op) {
+        self.requests.get_or_create(&OpLabel { op }).inc();
+        self.through_rings.get_or_create(&OpLabel { op }).inc();
+    }
+
     /// One request of kind `op`.
     pub fn request(&self, op: Op) {
         self.requests.get_or_create(&OpLabel { op }).inc();

@@ -14,6 +14,8 @@
 //! - `shared_table` — the shared table: the object table published in shared memory (reads
 //!   without a round trip) and every client's holds; rebuilt larger or smaller as the
 //!   object count changes (`table`: one table's memory; `scan`: the scan of holds).
+//! - `fast_writes` — writes without a round trip, the store's side: the
+//!   area of claims, each client's ring, taking records in at each lock.
 //! - `listener` — socket creation, stale-socket and live-store detection.
 //! - `fdpass` — SCM_RIGHTS on a tokio socket.
 //! - `spill` — the spill directory's segment files (write, read back, remove).
@@ -41,6 +43,7 @@ mod connection;
 mod convert;
 mod descriptors;
 pub mod error;
+mod fast_writes;
 mod fdpass;
 mod instruments;
 mod listener;

@@ -53,7 +53,14 @@ pub async fn serve_until(
     let (memory, why) = config.memory_size()?;
     let honest = config.check_backing(memory)?;
     let path = config.socket_path();
-    let arena = Arena::create(memory, config.dir.as_deref(), config.hugepages)?;
+    // Writes without a round trip keep their claims just past the memory
+    // objects are allocated in (crate::fast_writes); with huge pages, whose
+    // count may be reserved to fit --memory, inside it.
+    let area = match config.fast_writes && !config.hugepages {
+        true => ferroplasma_protocol::fast_writes::AREA_BYTES as u64 + 64,
+        false => 0,
+    };
+    let arena = Arena::create(memory + area, config.dir.as_deref(), config.hugepages)?;
     let (std_listener, mut socket_guard) =
         listener::bind(&path, config.socket_mode, config.replace_file)?;
     if config.keep_socket {
@@ -113,6 +120,24 @@ pub async fn serve_until(
     let give_back = !config.prefault && !config.hugepages && !arena.is_hugetlb();
     let shared = SharedRef::new(store, arena, spill, table);
     shared.lock().give_back_memory = give_back;
+    if config.fast_writes && cluster_config.is_none() && shared.lock().enable_fast_writes() {
+        tracing::debug!("writes without a round trip are on");
+        // Records clients wrote are taken in whenever anyone takes the
+        // store's lock, and at the latest a few milliseconds later, so that
+        // new objects appear in the shared table for other clients' reads.
+        let probe = shared.lock().dirty_probe();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(std::time::Duration::from_millis(2));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if probe.as_ref().is_some_and(|p| p.dirty()) {
+                    drop(shared.lock());
+                }
+            }
+        });
+    }
     tokio::spawn(
         shared
             .spin()

@@ -11,10 +11,13 @@
 //! - [`event`] — [`Event`], what subscribers are told.
 //! - [`shared_table`] — the shared table: the object table in shared memory and the hold protocol
 //!   (gets without a round trip).
+//! - [`fast_writes`] — writes without a round trip: the claims, rings and
+//!   leases by which a client creates and seals small objects itself.
 //! - [`error`] — [`ProtocolError`], this crate's error type.
 
 pub mod error;
 pub mod event;
+pub mod fast_writes;
 pub mod frame;
 pub mod id;
 pub mod layout;

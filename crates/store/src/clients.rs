@@ -13,4 +13,6 @@ pub(crate) struct ClientState {
     pub created: HashSet<ObjectId, IdHasher>,
     /// Objects this client waits to see sealed.
     pub watching: HashSet<ObjectId, IdHasher>,
+    /// Ranges of the arena this client creates small objects in itself.
+    pub leases: Vec<crate::lease::Lease>,
 }

@@ -58,6 +58,19 @@ pub enum StoreError {
     /// Release of an object this client holds no reference to.
     #[error("client holds no reference to object {0}")]
     NotHeld(ObjectId),
+    /// An object a client made in leased memory (writes without a round
+    /// trip) that does not lie where the client's leases allow.
+    #[error(
+        "object {id} at bytes {offset}..{end} does not lie in free room of a lease of this client"
+    )]
+    OutsideLease {
+        /// The object.
+        id: ObjectId,
+        /// Where it starts.
+        offset: u64,
+        /// Where it ends.
+        end: u64,
+    },
     /// A create asked for more metadata than an object may have.
     #[error(
         "{size} bytes of metadata: an object may have at most {limit}; \

@@ -7,7 +7,8 @@
 //!   seal, get, release, delete) in `store/mod.rs`; `store/eviction.rs`
 //!   (making room), `store/spilling.rs` (spilling and restoring, the books'
 //!   side), `store/queries.rs` (list, stats), `store/listing.rs` (the
-//!   snapshot of ids and the rows of a page, for lists that page).
+//!   snapshot of ids and the rows of a page, for lists that page),
+//!   `store/leases.rs` (leases, and objects made in them).
 //! - [`allocator`] — best-fit, 64-byte-aligned, coalescing range allocator.
 //! - [`object`] — object entries (88 bytes each), [`Location`],
 //!   [`ObjectInfo`], [`ObjectState`].
@@ -25,6 +26,8 @@
 //! - [`lru`] — [`Lru`]: least recently released first, as a policy of its
 //!   own (the store keeps the same order in its table by default).
 //! - `clients` — per-client references, creations and waits.
+//! - `lease` — a range of the arena a client allocates small objects in
+//!   itself (writes without a round trip); `store/leases.rs` takes them in.
 //! - [`readers`] — [`Readers`]: the hook for readers that take references
 //!   without asking (the shared object table).
 
@@ -33,6 +36,7 @@ mod clients;
 mod dense;
 pub mod error;
 pub mod events;
+mod lease;
 pub mod lru;
 pub mod object;
 pub mod policy;

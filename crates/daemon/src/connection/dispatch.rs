@@ -20,7 +20,9 @@ impl Connection {
             let what = match &body {
                 // A reader's objects could push the owner's out (eviction)
                 // or take ids the owner's programs expect: readers only read.
-                B::Create(_) | B::CreateAndSeal(_) => Some("create objects"),
+                B::Create(_) | B::CreateAndSeal(_) | B::Lease(_) | B::Settle(_) => {
+                    Some("create objects")
+                }
                 B::Delete(_) => Some("delete objects"),
                 B::Evict(_) => Some("evict objects"),
                 _ => None,
@@ -86,6 +88,39 @@ impl Connection {
                 let mut sh = self.shared.lock();
                 let fx = sh.store.abort(client, id).map_err(store_refusal)?;
                 sh.deliver(fx);
+                Ok(ok())
+            }
+            B::Lease(l) => {
+                use crate::fast_writes::GrantError;
+                let mut sh = self.shared.lock();
+                match sh.grant(client, l.size, &l.ended) {
+                    Ok(g) => Ok(Some(reply::Body::Lease(pb::LeaseReply {
+                        offset: g.lease.map_or(0, |l| l.0),
+                        size: g.lease.map_or(0, |l| l.1),
+                        area_offset: g.area_offset,
+                        ring_offset: g.ring_offset,
+                        tag: g.tag,
+                    }))),
+                    Err(GrantError::Store(e)) => Err(store_refusal(e)),
+                    Err(GrantError::Off) => Err(refuse(
+                        pb::ErrorCode::InvalidRequest,
+                        "this store does not offer writes without a round trip (it has no \
+                         shared table, is a cluster member, or runs with --fast-writes off): \
+                         create with Create"
+                            .into(),
+                    )),
+                    Err(GrantError::Broken) => Err(refuse(
+                        pb::ErrorCode::ProtocolViolation,
+                        "this connection broke the protocol of writes without a round trip \
+                         before; create with Create"
+                            .into(),
+                    )),
+                }
+            }
+            B::Settle(s) => {
+                let id = parse_id(&s.object_id)?;
+                let mut sh = self.shared.lock();
+                sh.settle(client, id).map_err(store_refusal)?;
                 Ok(ok())
             }
             B::Get(g) => self.get(rid, g),

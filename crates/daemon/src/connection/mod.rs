@@ -37,6 +37,7 @@ fn ids_of(body: &request::Body) -> String {
         B::CreateAndSeal(c) => one(&c.object_id),
         B::Seal(c) => one(&c.object_id),
         B::Abort(c) => one(&c.object_id),
+        B::Settle(c) => one(&c.object_id),
         B::Get(g) => packed(&g.object_ids),
         B::Release(r) => packed(&r.object_ids),
         B::Contains(c) => packed(&c.object_ids),
@@ -62,6 +63,8 @@ fn op_of(body: &request::Body) -> Option<Op> {
         B::Stats(_) => Op::stats,
         B::Subscribe(_) => Op::subscribe,
         B::ClusterStatus(_) => Op::cluster_status,
+        B::Lease(_) => Op::lease,
+        B::Settle(_) => Op::settle,
         B::Connect(_) | B::AttachTable(_) => return None,
     })
 }

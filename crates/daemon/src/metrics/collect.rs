@@ -24,6 +24,9 @@ pub(super) struct RequestsCollector {
     pub(super) requests: Family<OpLabel, Counter>,
     pub(super) from_table: Family<OpLabel, Counter>,
     pub(super) table: Option<Arc<SharedTable>>,
+    /// Creates, seals and aborts made through clients' rings, when the
+    /// store offers writes without a round trip.
+    pub(super) through_rings: Option<Family<OpLabel, Counter>>,
 }
 
 impl Collector for RequestsCollector {
@@ -55,6 +58,15 @@ impl Collector for RequestsCollector {
                  asking the store (release: objects given back)",
                 None,
                 self.from_table.metric_type(),
+            )?)?;
+        }
+        if let Some(rings) = &self.through_rings {
+            rings.encode(e.encode_descriptor(
+                "ring_requests",
+                "Creates, seals and aborts clients made through their rings, \
+                 without a round trip (counted in requests too)",
+                None,
+                rings.metric_type(),
             )?)?;
         }
         Ok(())

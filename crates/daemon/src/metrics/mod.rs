@@ -28,11 +28,15 @@ pub fn registry(
     cluster: Option<Arc<Cluster>>,
 ) -> Registry {
     let mut r = Registry::with_prefix("ferroplasma");
-    let table = shared.lock().table.clone();
+    let (table, rings) = {
+        let sh = shared.lock();
+        (sh.table.clone(), sh.fast.is_some())
+    };
     r.register_collector(Box::new(RequestsCollector {
         requests: instruments.requests.clone(),
         from_table: Family::default(),
         table,
+        through_rings: rings.then(|| instruments.through_rings.clone()),
     }));
     r.register_with_unit(
         "answer",

@@ -60,6 +60,8 @@ pub struct Shared {
     pub give_back_memory: bool,
     /// `Store::freed_bytes` when pages were last given back.
     freed_given_back: u64,
+    /// Writes without a round trip, when on (`crate::fast_writes`).
+    pub fast: Option<crate::fast_writes::rings::FastWrites>,
 }
 
 /// A handle on [`Shared`].
@@ -99,6 +101,7 @@ impl SharedRef {
             outboxes: HashMap::default(),
             give_back_memory: true,
             freed_given_back: 0,
+            fast: None,
         }));
         Self(state, Arc::new(std::sync::Condvar::new()), Arc::default())
     }
@@ -110,15 +113,53 @@ impl SharedRef {
     }
 
     /// Locks the state. A panic while it was held (a bug) does not take the
-    /// other connections down with it.
-    pub fn lock(&self) -> MutexGuard<'_, Shared> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// other connections down with it. With writes without a round trip on,
+    /// what clients wrote into their rings is taken in first, and the
+    /// section is marked in the shared epoch (`crate::fast_writes`).
+    pub fn lock(&self) -> Locked<'_> {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.enter();
+        Locked(Some(g))
+    }
+
+    /// Waits on the state's condition variable (the lock let go meanwhile).
+    pub fn wait<'a>(&'a self, mut sh: Locked<'a>) -> Locked<'a> {
+        let mut g = sh.0.take().expect("locked");
+        g.leave();
+        let mut g = self.1.wait(g).unwrap_or_else(|p| p.into_inner());
+        g.enter();
+        Locked(Some(g))
     }
 
     /// Wakes the callers of `with_room` and `wait_restored` (a spill
     /// segment was written, or an object read back).
     fn wake_blocked(&self) {
         self.1.notify_all();
+    }
+}
+
+/// The locked state (see [`SharedRef::lock`]).
+#[derive(Debug)]
+pub struct Locked<'a>(Option<MutexGuard<'a, Shared>>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        self.0.as_deref().expect("locked")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Shared {
+        self.0.as_deref_mut().expect("locked")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(g) = &mut self.0 {
+            g.leave();
+        }
     }
 }
 
@@ -147,6 +188,7 @@ impl Shared {
     pub fn disconnect(&mut self, client: ClientId) {
         self.outboxes.remove(&client);
         let fx = self.store.disconnect(client);
+        self.forget_ring(client);
         if let Some(f) = &self.table {
             f.remove_client(client);
         }

@@ -4,11 +4,10 @@
 //! callers that cannot park while segments are written, and a spill
 //! directory removed under the store.
 
-use super::{Shared, SharedRef};
+use super::{Locked, Shared, SharedRef};
 use crate::spill::SpillDir;
 use ferroplasma_protocol::ObjectId;
 use ferroplasma_store::StoreError;
-use std::sync::MutexGuard;
 
 /// What [`Shared::request_restore`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +25,15 @@ impl SharedRef {
     /// spilled objects and copies pulled from other members.
     pub fn with_room<'a, T>(
         &'a self,
-        mut sh: MutexGuard<'a, Shared>,
+        mut sh: Locked<'a>,
         mut f: impl FnMut(&mut Shared) -> Result<T, StoreError>,
-    ) -> (MutexGuard<'a, Shared>, Result<T, StoreError>) {
+    ) -> (Locked<'a>, Result<T, StoreError>) {
         loop {
             match f(&mut sh) {
                 Err(StoreError::StoreFull { .. } | StoreError::SpillFull { .. })
                     if sh.spills_in_flight > 0 =>
                 {
-                    sh = self.1.wait(sh).unwrap_or_else(|p| p.into_inner());
+                    sh = self.wait(sh);
                 }
                 r => return (sh, r),
             }
@@ -43,13 +42,9 @@ impl SharedRef {
 
     /// Waits (blocking the thread) while `id` is being brought back from
     /// the spill directory by [`Shared::request_restore`].
-    pub fn wait_restored<'a>(
-        &'a self,
-        mut sh: MutexGuard<'a, Shared>,
-        id: ObjectId,
-    ) -> MutexGuard<'a, Shared> {
+    pub fn wait_restored<'a>(&'a self, mut sh: Locked<'a>, id: ObjectId) -> Locked<'a> {
         while sh.store.is_restoring(&id) {
-            sh = self.1.wait(sh).unwrap_or_else(|p| p.into_inner());
+            sh = self.wait(sh);
         }
         sh
     }

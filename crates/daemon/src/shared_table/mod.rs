@@ -119,6 +119,11 @@ impl SharedTable {
         })
     }
 
+    /// Objects published now.
+    pub fn published(&self) -> u64 {
+        self.lock().published as u64
+    }
+
     /// Asks the CPU to start loading what publishing `ids` will touch (each
     /// id's home slot and its entry in the books), all at once: the store
     /// seals a frame of pulled objects one after another, and each publish

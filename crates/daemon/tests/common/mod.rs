@@ -108,6 +108,16 @@ impl TestStore {
         &self.socket
     }
 
+    /// Sends the store process a signal (`kill` with `sig`, e.g. "-STOP").
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        assert!(Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success());
+    }
+
     /// The store process is still running.
     pub fn alive(&mut self) -> bool {
         matches!(self.child.as_mut().unwrap().try_wait(), Ok(None))

@@ -17,6 +17,7 @@ use ferroplasma_protocol::ObjectId;
 use std::collections::{BTreeSet, HashMap};
 
 mod eviction;
+mod leases;
 mod listing;
 mod queries;
 mod spilling;
@@ -62,6 +63,10 @@ pub struct Store {
     spill: Option<SpillTable>,
     /// Readers that take references without asking (the shared table).
     readers: Option<std::sync::Arc<dyn crate::Readers>>,
+    /// Bytes allocated that hold no object: the store's own
+    /// ([`Store::reserve`]) and leases' room no object took yet. Not
+    /// counted as used in stats.
+    reserved: u64,
 }
 
 impl Store {
@@ -85,6 +90,7 @@ impl Store {
             room_made: 0,
             spill: None,
             readers: None,
+            reserved: 0,
         }
     }
 
@@ -153,6 +159,9 @@ impl Store {
         for (id, n) in state.refs {
             // All at once: a client may have held billions (holds adopted).
             self.drop_refs(id, n, &mut fx);
+        }
+        for lease in state.leases {
+            self.free_lease(lease);
         }
         fx
     }

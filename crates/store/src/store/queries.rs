@@ -53,7 +53,7 @@ impl Store {
     pub fn usage(&self) -> Usage {
         Usage {
             capacity: self.capacity,
-            used: self.alloc.used(),
+            used: self.alloc.used() - self.reserved,
             objects: self.objects.len() as u64,
         }
     }
@@ -66,7 +66,7 @@ impl Store {
     pub fn stats(&self) -> Stats {
         Stats {
             capacity: self.capacity,
-            used: self.alloc.used(),
+            used: self.alloc.used() - self.reserved,
             objects: self.objects.len() as u64,
             sealed_objects: self.sealed_count,
             referenced_objects: self.referenced_count,
