@@ -57,10 +57,10 @@ impl Default for Instruments {
 }
 
 impl Instruments {
-    /// One record of kind `op` taken in from a client's ring.
-    pub fn through_ring(&self, op: Op) {
-        self.requests.get_or_create(&OpLabel { op }).inc();
-        self.through_rings.get_or_create(&OpLabel { op }).inc();
+    /// `n` records of kind `op` taken in from clients' rings.
+    pub fn through_ring(&self, op: Op, n: u64) {
+        self.requests.get_or_create(&OpLabel { op }).inc_by(n);
+        self.through_rings.get_or_create(&OpLabel { op }).inc_by(n);
     }
 
     /// One request of kind `op`.

@@ -125,6 +125,7 @@ pub struct Record {
 
 #[cfg(not(ferroplasma_loom))]
 const _: () = assert!(std::mem::size_of::<Area>() == AREA_HEADER_BYTES);
+const _: () = assert!(BUCKETS <= 1 << 16);
 #[cfg(not(ferroplasma_loom))]
 const _: () = assert!(std::mem::size_of::<RingHeader>() == RING_HEADER_BYTES);
 #[cfg(not(ferroplasma_loom))]
@@ -200,10 +201,23 @@ pub struct Entry {
     pub metadata_size: u64,
 }
 
-/// The bucket of `id`: its first eight bytes, mixed.
+/// The bucket of `id`: all 20 bytes (ids that share a prefix, or differ
+/// only in a counter at the end, fall in different buckets), as three
+/// little-endian words (the last one 4 bytes) through SplitMix64's
+/// finalizer, in turn, the top 16 bits.
 pub fn bucket_of(id: &ObjectId) -> usize {
-    let w = u64::from_le_bytes(id.0[..8].try_into().expect("8 bytes"));
-    (w.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 48) as usize % BUCKETS
+    let w = crate::shared_table::id_words(id);
+    let mut h = 0u64;
+    for x in w {
+        h = mix(h ^ x);
+    }
+    (h >> 48) as usize % BUCKETS
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Client side, step 1: claims `bucket` for this client's `tag` (never 0).
@@ -355,4 +369,32 @@ pub fn taken(ring: &RingHeader, tail: u64) {
 /// record it was for (or when its client is gone).
 pub fn clear_claim(bucket: &AtomicU32, tag: u32) {
     let _ = bucket.compare_exchange(tag, 0, Ordering::SeqCst, Ordering::Relaxed);
+}
+
+#[cfg(all(test, not(ferroplasma_loom)))]
+mod tests {
+    use super::*;
+
+    /// Ids that differ only in their last bytes (a counter after a common
+    /// prefix, as many programs make them) spread over the buckets.
+    #[test]
+    fn ids_that_share_a_prefix_spread_over_the_buckets() {
+        for at in [0, 8, 12, 16, 19] {
+            let buckets: std::collections::HashSet<usize> = (0..1000u32)
+                .map(|i| {
+                    let mut id = [7u8; 20];
+                    let b = i.to_le_bytes();
+                    let n = (20 - at).min(4);
+                    id[at..at + n].copy_from_slice(&b[..n]);
+                    bucket_of(&ObjectId(id))
+                })
+                .collect();
+            let want = if at == 19 { 250 } else { 980 };
+            assert!(
+                buckets.len() >= want,
+                "counter at byte {at}: {} buckets",
+                buckets.len()
+            );
+        }
+    }
 }
