@@ -288,3 +288,105 @@ fn fast_writes_off_sends_every_create_to_the_store() {
         "with --fast-writes off a put waits for the store"
     );
 }
+
+/// One request on a hand-made connection, and its reply.
+fn ask(
+    s: &mut std::os::unix::net::UnixStream,
+    body: ferroplasma_protocol::pb::request::Body,
+) -> ferroplasma_protocol::pb::reply::Body {
+    use ferroplasma_protocol::frame::{read_message, write_message};
+    use ferroplasma_protocol::pb;
+    write_message(
+        s,
+        &pb::Request {
+            request_id: 7,
+            body: Some(body),
+        },
+    )
+    .unwrap();
+    let r: pb::Reply = read_message(s, 1 << 20).unwrap();
+    r.body.expect("a reply")
+}
+
+/// A client that asks for lease after lease is refused once it holds 16,
+/// and one that writes a record the protocol does not allow (an object
+/// outside its leases) loses its ring, not its connection; the store and
+/// other clients carry on, and the record's id is not created.
+#[test]
+fn a_client_that_abuses_leases_or_its_ring_harms_only_itself() {
+    use common::attacker::raw_connection;
+    use ferroplasma_protocol::fast_writes::{RECORD_BYTES, RING_HEADER_BYTES};
+    use ferroplasma_protocol::pb::{self, reply, request};
+    let store = TestStore::start("256MiB");
+    let (mut s, hello, fds) = raw_connection(store.path());
+    let lease = |s: &mut _, size| {
+        ask(
+            s,
+            request::Body::Lease(pb::Lease {
+                size,
+                ended: vec![],
+            }),
+        )
+    };
+    let mut granted = Vec::new();
+    let refused = loop {
+        match lease(&mut s, 1 << 20) {
+            reply::Body::Lease(l) => granted.push(l),
+            other => break other,
+        }
+        assert!(granted.len() <= 16, "more than 16 leases");
+    };
+    assert_eq!(granted.len(), 16);
+    let reply::Body::Error(e) = refused else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(e.code, pb::ErrorCode::TooLarge as i32, "{}", e.message);
+    // A record of an object outside every lease of this client.
+    // The store's arena, mapped shared; this test writes only its own ring.
+    let arena = memmap2::MmapOptions::new()
+        .len(hello.arenas[0].size as usize)
+        .map_raw(&fds[0])
+        .unwrap();
+    let ring = granted[0].ring_offset as usize;
+    let bad = ObjectId::random();
+    let w = ferroplasma_protocol::shared_table::id_words(&bad);
+    let words = [1u64, w[0], w[1], w[2], 0, 100, 0, 0]; // CREATE at offset 0
+    for (i, v) in words.iter().enumerate() {
+        let at = ring + RING_HEADER_BYTES + i * 8;
+        // Safety: inside the mapping (the store put the ring there).
+        unsafe { (arena.as_mut_ptr().add(at) as *mut u64).write_volatile(*v) };
+    }
+    assert_eq!(RECORD_BYTES, 64);
+    // Safety: the ring's head, inside the mapping.
+    unsafe { (arena.as_mut_ptr().add(ring) as *mut u64).write_volatile(1) };
+    let after = lease(&mut s, 0);
+    let after = match after {
+        reply::Body::Lease(_) => lease(&mut s, 0),
+        other => other,
+    };
+    let reply::Body::Error(e) = after else {
+        panic!("the broken ring is still read: {after:?}")
+    };
+    assert_eq!(
+        e.code,
+        pb::ErrorCode::ProtocolViolation as i32,
+        "{}",
+        e.message
+    );
+    let c = store.client();
+    assert!(!c.contains(&[bad]).unwrap()[0]);
+    let id = ObjectId::random();
+    c.put(id, b"still fine", b"").unwrap();
+    assert_eq!(
+        c.get(&[id], Some(Duration::ZERO)).unwrap()[0]
+            .as_ref()
+            .unwrap()
+            .data(),
+        b"still fine"
+    );
+    // Its connection still works for everything else.
+    assert!(matches!(
+        ask(&mut s, request::Body::Stats(pb::Stats {})),
+        reply::Body::Stats(_)
+    ));
+}

@@ -109,6 +109,14 @@ impl Connection {
                          create with Create"
                             .into(),
                     )),
+                    Err(GrantError::TooMany) => Err(refuse(
+                        pb::ErrorCode::TooLarge,
+                        format!(
+                            "this connection holds {} leases already: end some (Lease.ended) \
+                             before asking for another",
+                            crate::fast_writes::MAX_LEASES
+                        ),
+                    )),
                     Err(GrantError::Broken) => Err(refuse(
                         pb::ErrorCode::ProtocolViolation,
                         "this connection broke the protocol of writes without a round trip \

@@ -22,6 +22,11 @@ use rings::Ring;
 pub(crate) use rings::{DirtyProbe, FastWrites, MIN_CAPACITY};
 use std::collections::HashSet;
 
+/// The most leases one client holds at once (one it allocates in, and
+/// full ones whose objects are still being written): a client cannot
+/// take the store's memory a lease at a time.
+pub const MAX_LEASES: usize = 16;
+
 /// Why a `Lease` is refused.
 #[derive(Debug)]
 pub enum GrantError {
@@ -29,6 +34,8 @@ pub enum GrantError {
     Off,
     /// This client broke the protocol before.
     Broken,
+    /// This client holds [`MAX_LEASES`] leases already.
+    TooMany,
     /// No room.
     Store(StoreError),
 }
@@ -328,6 +335,7 @@ impl Shared {
         }
         let lease = match size {
             0 => None,
+            _ if self.store.leases_of(client) >= MAX_LEASES => return Err(GrantError::TooMany),
             n => {
                 let n = n.min(fw::LEASE_BYTES);
                 let (offset, fx) = self.store.lease(client, n).map_err(GrantError::Store)?;

@@ -82,6 +82,19 @@ pub fn raw_handshake(
     ferroplasma_protocol::pb::ConnectReply,
     Vec<std::os::fd::OwnedFd>,
 ) {
+    let (s, reply, fds) = raw_connection(socket);
+    std::mem::forget(s); // the connection stays open while the test runs
+    (reply, fds)
+}
+
+/// [`raw_handshake`], keeping the connection to send more by hand.
+pub fn raw_connection(
+    socket: &std::path::Path,
+) -> (
+    std::os::unix::net::UnixStream,
+    ferroplasma_protocol::pb::ConnectReply,
+    Vec<std::os::fd::OwnedFd>,
+) {
     use ferroplasma_protocol::frame::{write_message, FrameCodec};
     use ferroplasma_protocol::pb::{self, reply, request};
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
@@ -104,8 +117,7 @@ pub fn raw_handshake(
             let Some(reply::Body::Connect(c)) = r.body else {
                 panic!("no Connect reply: {r:?}");
             };
-            std::mem::forget(s); // the connection stays open while the test runs
-            return (c, fds);
+            return (s, c, fds);
         }
         let mut cmsg = nix::cmsg_space!([RawFd; 8]);
         let mut iov = [std::io::IoSliceMut::new(&mut chunk)];

@@ -130,6 +130,11 @@ impl Store {
         self.objects.len() as u64 + self.spill.as_ref().map_or(0, |s| s.objects.len() as u64)
     }
 
+    /// How many leases `client` holds now.
+    pub fn leases_of(&self, client: ClientId) -> usize {
+        self.clients.get(&client).map_or(0, |c| c.leases.len())
+    }
+
     /// Whether anyone waits to hear of seals now (a waiting get, a
     /// subscriber): clients that seal without a round trip then ring.
     pub fn wants_seals(&self) -> bool {
