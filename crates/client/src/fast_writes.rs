@@ -200,6 +200,7 @@ impl FastWriter {
             offset,
             data_size,
             metadata_size,
+            time_us: fw::now_us(),
         };
         if !push(session, ring, records, &e) {
             fw::unclaim(bucket, ring, self.tag);
@@ -239,6 +240,7 @@ impl FastWriter {
             offset: 0,
             data_size: 0,
             metadata_size: 0,
+            time_us: fw::now_us(),
         };
         {
             let _st = self.lock();

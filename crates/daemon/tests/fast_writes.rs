@@ -390,3 +390,43 @@ fn a_client_that_abuses_leases_or_its_ring_harms_only_itself() {
         reply::Body::Stats(_)
     ));
 }
+
+/// Objects sealed through a ring keep their creator's times: a late
+/// subscriber hears of them in the order they were sealed, even when the
+/// store took them all in at once (here: while it was stopped).
+#[test]
+fn a_late_subscriber_hears_of_ring_seals_in_seal_order() {
+    let store = TestStore::start("64MiB");
+    let c = store.client();
+    c.put(ObjectId::random(), b"lease", b"").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let ids = ids_in_distinct_buckets(20);
+    store.signal("-STOP");
+    let writer = {
+        let ids = ids.clone();
+        std::thread::spawn(move || {
+            for id in &ids {
+                c.put(*id, b"x", b"").unwrap();
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    store.signal("-CONT");
+    writer.join().unwrap();
+    let watcher = store.client();
+    let mut sub = watcher
+        .subscribe_with(ferroplasma_client::EventFraming::ReplyFrames, true)
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < ids.len() {
+        let e = sub
+            .next_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("an event");
+        if ids.contains(&e.id) {
+            seen.push(e.id);
+        }
+    }
+    assert_eq!(seen, ids, "existing objects in the order they were sealed");
+}

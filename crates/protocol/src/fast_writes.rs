@@ -115,7 +115,7 @@ pub struct RingHeader {
 }
 
 /// One record: eight 64-bit words (kind, the id in three words, offset,
-/// data size, metadata size, unused).
+/// data size, metadata size, the client's clock).
 #[repr(C)]
 #[derive(Debug)]
 pub struct Record {
@@ -199,6 +199,17 @@ pub struct Entry {
     pub data_size: u64,
     /// Its metadata bytes (`CREATE` only).
     pub metadata_size: u64,
+    /// When the client made the record, in µs since the Unix epoch (the
+    /// object's create or seal time; the store keeps its own clock when
+    /// this one is far off).
+    pub time_us: u64,
+}
+
+/// The client's clock for [`Entry::time_us`].
+pub fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The bucket of `id`: all 20 bytes (ids that share a prefix, or differ
@@ -260,7 +271,7 @@ pub fn push(ring: &RingHeader, records: &[Record], e: &Entry) -> bool {
         e.offset,
         e.data_size,
         e.metadata_size,
-        0,
+        e.time_us,
     ];
     for (w, v) in r.words.iter().zip(words) {
         w.store(v, Ordering::Relaxed);
@@ -357,6 +368,7 @@ pub fn read(records: &[Record], at: u64) -> Entry {
         offset: w[4],
         data_size: w[5],
         metadata_size: w[6],
+        time_us: w[7],
     }
 }
 

@@ -103,6 +103,7 @@ fn fast_creator(w: &World, c: usize) -> bool {
         offset: 64,
         data_size: 8,
         metadata_size: 0,
+        time_us: 0,
     };
     assert!(push(&w.rings[c], &w.records[c], &e));
     if settled_alone(&w.area, || {
