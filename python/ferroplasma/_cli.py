@@ -106,8 +106,10 @@ def plasma_store(argv: list[str], prog: str = "plasma_store") -> int:
     ``-h``, ``-e``); returns the exit code."""
     args = _plasma_store_parser(prog).parse_args(argv)
     # Plasma's store left its socket file when it stopped, and programs
-    # written for it remove the file themselves.
-    cmd = ["ferroplasma", "store", "--replace-file", "--keep-socket"]
+    # written for it remove the file themselves. Its memory was all for
+    # objects (its suite fills the store with one object of its whole size):
+    # no room is leased to clients for writes without a round trip.
+    cmd = ["ferroplasma", "store", "--replace-file", "--keep-socket", "--fast-writes", "off"]
     if args.m is not None:
         cmd += ["--memory", args.m]
     if args.s is not None:

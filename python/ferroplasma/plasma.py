@@ -430,7 +430,8 @@ def start_plasma_store(
     ``use_valgrind``/``use_profiler`` applied to plasma's C++ binary and are
     ignored; with ``external_store``, evicted objects spill to a temporary
     directory (``--spill-dir``) and come back on get, which is what Plasma's
-    external stores were for."""
+    external stores were for. Writes without a round trip are off, as in
+    ``plasma_store``: all of the memory is for objects."""
     if use_valgrind or use_profiler:
         warnings.warn(
             "use_valgrind/use_profiler applied to plasma's C++ store; ignored",
@@ -457,6 +458,9 @@ def start_plasma_store(
             hugepages=use_hugepages,
             spill_dir=spill_dir,
             keep_socket=True,  # as Plasma's store: callers may remove it themselves
+            # Every byte for objects, as in Plasma (an object of the store's
+            # whole size fits): no leases for writes without a round trip.
+            fast_writes="off",
         ) as store:
             yield socket_name, store.process
     finally:

@@ -125,7 +125,10 @@ unsafe impl Sync for MutableBuffer {}
 impl Drop for MutableBuffer {
     fn drop(&mut self) {
         if let Some(f) = self.fast.take() {
-            if let Some(w) = self.session.fast_writer_if_open() {
+            // Not in a child after fork(): the lock may be the parent's.
+            if let (Some(w), Ok(())) =
+                (self.session.fast_writer_if_open(), self.session.check_pid())
+            {
                 w.finished(f.lease);
             }
         }
