@@ -204,9 +204,8 @@ impl Client {
     /// message when data and metadata fit the store's inline limit (8 MiB
     /// together), else as create + copy + seal.
     pub fn create_and_seal(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {
-        if let Some(mut buf) = self.create_fast(id, data.len() as u64, metadata)? {
-            buf.as_mut_slice().copy_from_slice(data);
-            return self.seal(buf).map(drop);
+        if self.create_and_seal_fast(id, data, metadata)? {
+            return Ok(());
         }
         if (data.len() as u64).saturating_add(metadata.len() as u64) <= self.inner.max_inline {
             return self
@@ -290,6 +289,46 @@ impl Client {
             .inner
             .checked_ptr(offset + metadata_offset(data_size), metadata_size)?;
         Ok(buf)
+    }
+
+    /// [`Client::create_and_seal`] without a round trip, when the store
+    /// offers it and the object is small: no reference is kept (the seal's
+    /// record gives the creator's back). False to go the slow way.
+    fn create_and_seal_fast(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<bool> {
+        self.inner.check_pid()?;
+        let (size, meta_len) = (data.len() as u64, metadata.len() as u64);
+        if allocation_size(size, meta_len) > fast_writes::MAX_FAST_OBJECT {
+            return Ok(false);
+        }
+        let Some(w) = self.inner.fast_writer() else {
+            return Ok(false);
+        };
+        let tables = self.inner.table.as_ref();
+        let in_table = || tables.and_then(|t| t.current().lookup(&id));
+        let Some(f) = w.create(&*self.inner, id, size, meta_len, in_table)? else {
+            return Ok(false);
+        };
+        let at = |offset, len| self.inner.checked_ptr(offset, len);
+        match (
+            at(f.offset, size),
+            at(f.offset + metadata_offset(size), meta_len),
+        ) {
+            (Ok(d), Ok(m)) => {
+                // Safety: both ranges lie inside the mapping (checked), in
+                // this client's lease, given to this object alone; the
+                // sources are distinct Rust slices.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), d, data.len());
+                    std::ptr::copy_nonoverlapping(metadata.as_ptr(), m, metadata.len());
+                }
+                w.end(&*self.inner, id, fast_writes::SEAL_RELEASE, f.lease)?;
+                Ok(true)
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                w.end(&*self.inner, id, fast_writes::ABORT, f.lease)?;
+                Err(e)
+            }
+        }
     }
 
     fn create_copy_seal(&self, id: ObjectId, data: &[u8], metadata: &[u8]) -> Result<()> {

@@ -71,6 +71,9 @@ pub const CREATE: u64 = 1;
 pub const SEAL: u64 = 2;
 /// The object is discarded (never sealed).
 pub const ABORT: u64 = 3;
+/// The object is sealed and its creator's reference given back at once
+/// (a create-and-seal or put: the creator keeps no reference).
+pub const SEAL_RELEASE: u64 = 4;
 
 /// The store's words, then the clients' doorbell, a cache line each.
 #[repr(C)]
@@ -189,7 +192,8 @@ impl Default for Record {
 /// What a record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
-    /// [`CREATE`], [`SEAL`] or [`ABORT`] (anything else: a malformed record).
+    /// [`CREATE`], [`SEAL`], [`ABORT`] or [`SEAL_RELEASE`] (anything else:
+    /// a malformed record).
     pub kind: u64,
     /// The object.
     pub id: ObjectId,

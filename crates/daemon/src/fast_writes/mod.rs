@@ -164,7 +164,7 @@ impl Shared {
         }
         let now = now_us();
         // Counted once per drain (a metric's lookup costs more than a record).
-        let mut counted = [0u64; 3];
+        let mut counted = [0u64; 4];
         for at in tail..tail + n {
             let f = self.fast.as_ref().expect("on");
             let (_, records) = f.ring_at(offset);
@@ -179,6 +179,7 @@ impl Shared {
                 return self.break_ring(client, why);
             }
         }
+        counted[1] += counted[3];
         for (op, n) in [Op::create, Op::seal, Op::abort].into_iter().zip(counted) {
             if n > 0 {
                 self.instruments.through_ring(op, n);
@@ -247,6 +248,13 @@ impl Shared {
             fw::ABORT => {
                 let r = self.store.abort(client, e.id);
                 self.ended(client, e.id, r, "abort", fx)
+            }
+            fw::SEAL_RELEASE => {
+                let r = self.store.seal(client, e.id, now).and_then(|mut more| {
+                    more.extend(self.store.release(client, e.id)?);
+                    Ok(more)
+                });
+                self.ended(client, e.id, r, "seal", fx)
             }
             k => Err(format!("a record of unknown kind {k}")),
         }
