@@ -18,6 +18,8 @@
 //!   once, by the buffer's drop or an explicit release.
 //! - [`subscription`] — [`Subscription`], a stream of seal/delete [`Event`]s.
 //! - [`error`] — [`ClientError`].
+//! - `fast_creates` — [`Client::create`] and [`Client::create_and_seal`]
+//!   of small objects without a round trip, on top of `fast_writes`.
 //! - `fast_writes` — creating, writing and sealing small objects without
 //!   a round trip: leases of the arena, a ring of records, claims.
 //! - `session` — one connection shared by a client's clones and buffers:
@@ -42,6 +44,7 @@ pub mod client;
 mod connection;
 mod creators;
 pub mod error;
+mod fast_creates;
 mod fast_writes;
 mod fork;
 mod get;
