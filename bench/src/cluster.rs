@@ -11,8 +11,11 @@
 //! (fetch latency: request to last buffer) and read every byte (reader
 //! throughput). Then one remote 1 kB get at a time, each after 2 ms idle
 //! and back to back, each held to a 1-byte TCP round trip measured the same
-//! way. Needs root for `ip netns`; `--loopback` runs both stores on
+//! way. Then 1 kB puts on member A against the same puts on a lone store
+//! beside it, alternating (`cluster_puts`). Needs root for `ip netns`; `--loopback` runs both stores on
 //! 127.0.0.1 instead. Targets are printed, never asserted in tests.
+
+mod cluster_puts;
 
 use anyhow::{bail, Context};
 use clap::Parser;
@@ -222,6 +225,19 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         }
     };
     let (a, b) = (connect(&socks[0])?, connect(&socks[1])?);
+    // A lone store beside member A, for puts on one host against puts on
+    // a member.
+    let lone_sock = dir.join("lone.sock");
+    stores.push(Killed(
+        net.cmd(0, &store_bin)
+            .args(["store", "--memory", "256MiB", "--socket"])
+            .arg(&lone_sock)
+            .env("FERROPLASMA_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting the lone store")?,
+    ));
+    let lone = connect(&lone_sock)?;
     let t = Instant::now();
     while b
         .cluster_status()?
@@ -371,7 +387,23 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         rtt,
         rtt_idle,
     };
-    let goals = goals(&rows, &singles);
+    eprintln!("1 kB puts, a lone store and a cluster member alternating…");
+    let puts = cluster_puts::measure(&a, &lone, args.reps.max(2) * 4)?;
+    eprintln!(
+        "one 1 kB put: lone store {:.2} µs; cluster member {:.2} µs ({:.2}× the lone store's) \
+         with an id the store handed out, {:.1} µs with an id the caller chose",
+        puts.lone * 1e6,
+        puts.member * 1e6,
+        puts.member / puts.lone,
+        puts.member_chosen_id * 1e6
+    );
+    let mut goals = goals(&rows, &singles);
+    goals.push(json!({
+        "goal": "a 1 kB put on a cluster member <= 2x a put on a lone store",
+        "met": puts.member <= 2.0 * puts.lone,
+        "measured": format!("{:.2} us = {:.2}x the lone store's {:.2} us (an id the caller chose: {:.1} us)",
+            puts.member * 1e6, puts.member / puts.lone, puts.lone * 1e6, puts.member_chosen_id * 1e6),
+    }));
     for g in &goals {
         eprintln!(
             "goal {}: {} ({})",
@@ -398,6 +430,9 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
         "small_remote_get_back_to_back_us": small_streak * 1e6,
         "small_remote_get_back_to_back_rtts": small_streak / rtt,
         "small_local_get_us": small_local * 1e6,
+        "put_1kb_lone_us": puts.lone * 1e6,
+        "put_1kb_member_us": puts.member * 1e6,
+        "put_1kb_member_chosen_id_us": puts.member_chosen_id * 1e6,
         "paper_remote_1000x1kb_ms": SEED_REMOTE_1000X1KB_MS,
         "goals": goals,
         "reps": args.reps,

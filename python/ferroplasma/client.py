@@ -196,14 +196,18 @@ class Client:
         metadata: bytes = b"",
         wait: float | None = 0.0,
     ) -> ObjectID:
-        """Stores a Python object and returns its id (a random one unless
+        """Stores a Python object and returns its id (:meth:`new_id` unless
         given). numpy arrays, pandas objects, Arrow tables and any nesting
         of them are copied once, into shared memory; other objects cost what
         pickling them costs. ``wait``: as for :meth:`create`.
 
+        On a cluster member, let the store choose the id: an id you give
+        costs a claim at its directory members, a round trip to another
+        host (docs/cluster.md, "Ids the store hands out").
+
         >>> oid = client.put({"weights": np.zeros(1000)})    # doctest: +SKIP
         """
-        oid = ObjectID(as_bytes(object_id)) if object_id is not None else ObjectID.random()
+        oid = ObjectID(as_bytes(object_id) if object_id is not None else self._native.new_id())
         plan = serialization.plan(obj)
         raw = oid.binary()
         wait_ms = _timeout_ms(wait)
@@ -226,6 +230,18 @@ class Client:
             raise
         self._native.release(raw)
         return oid
+
+    def new_id(self) -> ObjectID:
+        """An id for a new object. On a lone store a random one; on a
+        cluster member one the store claimed cluster-wide ahead, so that
+        creating it asks no other host (:meth:`put` without an id uses
+        these). Ids never used go back when the client disconnects; at most
+        4096 unused at once.
+
+        >>> oid = client.new_id()                            # doctest: +SKIP
+        >>> buf = client.create(oid, 1000)                   # doctest: +SKIP
+        """
+        return ObjectID(self._native.new_id())
 
     @overload
     def get(
@@ -339,7 +355,8 @@ class Client:
         to other members, each may carry many objects' news — and
         updates_pending:
         objects whose news this store has not yet delivered to the
-        directory)."""
+        directory, and ids_claimed_ahead: ids claimed cluster-wide for
+        :meth:`new_id` and not handed out yet)."""
         return self._native.cluster_status()
 
     def evict(self, num_bytes: int) -> int:

@@ -168,3 +168,17 @@ def test_debug_logs_follow_one_get_across_members(monkeypatch):
             with open(a.log_path) as f:
                 holding = f.read()
             assert "pull: serving" in holding and hexid in holding, holding[-2000:]
+
+
+def test_puts_without_an_id_use_ids_the_member_claimed_ahead(cluster):
+    """``put`` without an id takes one the member handed out (claimed
+    cluster-wide ahead); the pool shows in ``cluster_status``, and the
+    objects are read on every member."""
+    _, (a, b, c), _ = cluster
+    oids = [a.put({"n": i}) for i in range(300)]
+    assert len(set(oids)) == 300
+    eventually(lambda: a.cluster_status()["ids_claimed_ahead"] > 0, what="the pool refilled")
+    eventually(lambda: all(c.contains(oids, cluster=True)), what="registered")
+    for i, oid in enumerate(oids[::50]):
+        assert b.get(oid, timeout=10) == {"n": 50 * i}
+    assert isinstance(c.new_id(), fp.ObjectID)

@@ -11,6 +11,14 @@ use ferroplasma_protocol::layout::{allocation_size, metadata_offset};
 use ferroplasma_protocol::ObjectId;
 
 impl Client {
+    /// Whether `id` may be created through the ring: any id on a lone
+    /// store; on a cluster member, one it handed out ([`Client::new_id`]),
+    /// its claim made already (any other costs a claim, which only the
+    /// socket's create makes).
+    fn fast_id(&self, id: &ObjectId) -> bool {
+        !self.inner.cluster_member || self.inner.take_issued(id)
+    }
+
     /// [`Client::create`] without a round trip (docs/protocol.md, "Writes
     /// without a round trip"), when the store offers it and the object is
     /// small: `None` to go the slow way.
@@ -23,6 +31,9 @@ impl Client {
         self.inner.check_pid()?;
         let need = allocation_size(data_size, metadata.len() as u64);
         if need > fast_writes::MAX_FAST_OBJECT {
+            return Ok(None);
+        }
+        if !self.fast_id(&id) {
             return Ok(None);
         }
         let Some(w) = self.inner.fast_writer() else {
@@ -55,6 +66,9 @@ impl Client {
         self.inner.check_pid()?;
         let (size, meta_len) = (data.len() as u64, metadata.len() as u64);
         if allocation_size(size, meta_len) > fast_writes::MAX_FAST_OBJECT {
+            return Ok(false);
+        }
+        if !self.fast_id(&id) {
             return Ok(false);
         }
         let Some(w) = self.inner.fast_writer() else {

@@ -22,6 +22,8 @@
 //!   of small objects without a round trip, on top of `fast_writes`.
 //! - `fast_writes` — creating, writing and sealing small objects without
 //!   a round trip: leases of the arena, a ring of records, claims.
+//! - `new_ids` — [`Client::new_id`]: ids for new objects, handed out by
+//!   a cluster member already claimed cluster-wide.
 //! - `session` — one connection shared by a client's clones and buffers:
 //!   the mapped arena and the reply multiplexer (threads share the socket).
 //! - `releases` — references held, and releases batched into the next
@@ -51,6 +53,7 @@ mod get;
 pub mod interrupt;
 pub mod listing;
 pub mod mapping;
+mod new_ids;
 mod releases;
 mod session;
 mod shared_table;

@@ -50,6 +50,20 @@ pub(crate) struct Session {
     /// Writes without a round trip: set up at the first small create
     /// (`None` inside when the store does not offer them).
     fast: std::sync::OnceLock<Option<crate::fast_writes::FastWriter>>,
+    /// The store is a cluster member: only ids it handed out
+    /// ([`crate::Client::new_id`]) are created through the ring.
+    pub(crate) cluster_member: bool,
+    /// Ids the store handed out (on a cluster member).
+    pub(crate) fresh: Mutex<FreshIds>,
+}
+
+/// A cluster member's ids this client holds.
+#[derive(Debug, Default)]
+pub(crate) struct FreshIds {
+    /// Not given out yet.
+    pub(crate) stock: Vec<ObjectId>,
+    /// Given out by `new_id` and not created yet.
+    pub(crate) issued: std::collections::HashSet<ObjectId, ferroplasma_protocol::IdHasher>,
 }
 
 /// Replies in flight between threads sharing one session.
@@ -128,6 +142,8 @@ impl Session {
             releases: Releases::default(),
             table,
             fast: std::sync::OnceLock::new(),
+            cluster_member: hs.reply.cluster_member,
+            fresh: Mutex::default(),
         })
     }
 

@@ -138,6 +138,11 @@ pub struct Cluster {
     /// waiting for room): a re-registration re-claims them with the new
     /// owners. Pruned there once in the store, and on abort.
     pub(crate) granted: Mutex<HashSet<ObjectId, IdHasher>>,
+    /// Ids claimed ahead, not handed out yet (`ops::fresh`); each is also
+    /// in `granted`.
+    pub(crate) fresh: Mutex<Vec<ObjectId>>,
+    /// A task is topping `fresh` up.
+    pub(crate) refilling: std::sync::atomic::AtomicBool,
     /// Local objects that are cached copies pulled from elsewhere.
     pub(crate) cached: Mutex<Copies>,
     pub(crate) inflight: Mutex<HashMap<ObjectId, Inflight, IdHasher>>,
@@ -393,6 +398,7 @@ impl Cluster {
         // directory while `updates_pending` takes the store's lock.
         let directory_entries = lock(&self.directory).len() as u64;
         let updates_pending = self.store.updates_pending() as u64;
+        let ids_claimed_ahead = lock(&self.fresh).len() as u64;
         wire::ClusterStatusReply {
             enabled: true,
             members,
@@ -406,6 +412,7 @@ impl Cluster {
             directory_entries,
             updates_pending,
             updates: c.updates.load(Ordering::Relaxed),
+            ids_claimed_ahead,
         }
     }
 

@@ -41,7 +41,7 @@
 //! 8. Leaves, which nest nothing: `Peers::channels`
 //!    (`Mutex<HashMap<String, Client>>`, of `Cluster::peers` and
 //!    `Cluster::hb_peers`), `Cluster::info` (`Mutex<MemberInfo>`),
-//!    `TcpTransport::pool` and
+//!    `Cluster::fresh` (`Mutex<Vec<ObjectId>>`), `TcpTransport::pool` and
 //!    `TcpTransport::slots` (`Mutex<HashMap<..>>`), each `RateLimited`'s
 //!    `Mutex`.
 //!

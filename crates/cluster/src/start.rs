@@ -104,6 +104,8 @@ impl Cluster {
             peer_timeout: cfg.peer_timeout,
             directory_epoch: AtomicU64::new(0),
             granted: Mutex::new(HashSet::default()),
+            fresh: Mutex::new(Vec::new()),
+            refilling: std::sync::atomic::AtomicBool::new(false),
             cached: Mutex::new(Copies::default()),
             inflight: Mutex::new(HashMap::default()),
             peers: Peers::new(&token, cfg.peer_timeout, handle.clone())?,

@@ -25,6 +25,7 @@ pub enum Op {
     cluster_status,
     lease,
     settle,
+    new_ids,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -9,7 +9,9 @@
 //! - `connection` — one client: handshake, requests, parked gets, events.
 //! - `shared` — the state machine behind a mutex plus per-client notice
 //!   queues; `shared/spilling.rs`: when to spill and restore, and the
-//!   threads that do it.
+//!   threads that do it; `shared/handed.rs`: ids the store hands out for
+//!   new objects (`NewIds`: claimed ahead on a cluster member, so that
+//!   creating one asks no other member) and which each connection holds.
 //! - [`arena`] — the memfd/file-backed mapping handed to clients.
 //! - `shared_table` — the shared table: the object table published in shared memory (reads
 //!   without a round trip) and every client's holds; rebuilt larger or smaller as the

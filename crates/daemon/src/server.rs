@@ -120,7 +120,7 @@ pub async fn serve_until(
     let give_back = !config.prefault && !config.hugepages && !arena.is_hugetlb();
     let shared = SharedRef::new(store, arena, spill, table);
     shared.lock().give_back_memory = give_back;
-    if config.fast_writes && cluster_config.is_none() && shared.lock().enable_fast_writes() {
+    if config.fast_writes && shared.lock().enable_fast_writes() {
         tracing::debug!("writes without a round trip are on");
         // Records clients wrote are taken in whenever anyone takes the
         // store's lock, and at the latest a few milliseconds later, so that

@@ -6,9 +6,13 @@
 //! (SIGSTOP) and resumes them, and (as root, members in network namespaces)
 //! cuts and heals their links. A checker then runs over the history:
 //!
+//! Some puts use ids a member hands out (`Client::new_id`), which later
+//! gets of every client also ask for.
+//!
 //! - no id is sealed with two different contents (unless it was deleted,
 //!   or its creator was hit by a fault, in between);
 //! - every get that returned bytes returned the bytes of a put of that id;
+//! - no handed id is refused as taken (`ObjectExists`) or put twice;
 //! - every get ended within its timeout (plus the peer timeout), unless a
 //!   fault hit its own member meanwhile;
 //! - `ObjectLost` only for objects whose creator was hit by a fault;
@@ -101,8 +105,16 @@ enum Outcome {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Put { sum: u64 },
-    Get { timeout: Duration },
+    Put {
+        sum: u64,
+    },
+    /// A put with an id the member handed out (`Client::new_id`).
+    PutNew {
+        sum: u64,
+    },
+    Get {
+        timeout: Duration,
+    },
     Delete,
     Abort,
 }
@@ -265,6 +277,7 @@ fn workload(
     mut rng: Rng,
     stop: &AtomicBool,
     history: &Mutex<Vec<Event>>,
+    handed: &Mutex<Vec<ObjectId>>,
 ) {
     let mut client: Option<Client> = None;
     while !stop.load(Ordering::Relaxed) {
@@ -275,10 +288,40 @@ fn workload(
             }
             continue;
         };
-        let id = pool_id(run, rng.below(POOL));
+        let mut id = pool_id(run, rng.below(POOL));
         let roll = rng.below(100);
+        if (35..80).contains(&roll) && rng.below(4) == 0 {
+            // A get of an id some member handed out.
+            let h = handed.lock().unwrap();
+            if !h.is_empty() {
+                id = h[rng.below(h.len() as u64) as usize];
+            }
+        }
         let start = Instant::now();
-        let (op, outcome) = if roll < 35 {
+        let (op, outcome) = if roll < 10 {
+            let data = payload(&mut rng);
+            let sum = checksum(&data);
+            let outcome = match c.new_id() {
+                Ok(new) => {
+                    id = new;
+                    let mut h = handed.lock().unwrap();
+                    if h.len() >= 256 {
+                        let at = rng.below(256) as usize;
+                        h[at] = new;
+                    } else {
+                        h.push(new);
+                    }
+                    drop(h);
+                    match c.put(id, &data, b"") {
+                        Ok(()) => Outcome::Ok,
+                        Err(ClientError::ObjectExists { .. }) => Outcome::Exists,
+                        Err(e) => Outcome::Failed(e.to_string()),
+                    }
+                }
+                Err(e) => Outcome::Failed(e.to_string()),
+            };
+            (Op::PutNew { sum }, outcome)
+        } else if roll < 35 {
             let data = payload(&mut rng);
             let sum = checksum(&data);
             let outcome = match c.put(id, &data, b"") {
@@ -395,7 +438,9 @@ fn check(history: &[Event], faults: &[Fault]) -> Verdict {
     for (id, events) in &by_id {
         let puts: Vec<&&Event> = events
             .iter()
-            .filter(|e| matches!(e.op, Op::Put { .. }) && e.outcome == Outcome::Ok)
+            .filter(|e| {
+                matches!(e.op, Op::Put { .. } | Op::PutNew { .. }) && e.outcome == Outcome::Ok
+            })
             .collect();
         let sums = |ok_only: bool| -> Vec<u64> {
             events
@@ -405,7 +450,7 @@ fn check(history: &[Event], faults: &[Fault]) -> Verdict {
                         || (!ok_only && matches!(e.outcome, Outcome::Failed(_)))
                 })
                 .filter_map(|e| match e.op {
-                    Op::Put { sum } => Some(sum),
+                    Op::Put { sum } | Op::PutNew { sum } => Some(sum),
                     _ => None,
                 })
                 .collect()
@@ -430,6 +475,24 @@ fn check(history: &[Event], faults: &[Fault]) -> Verdict {
                         a.member, b.member
                     ));
                 }
+            }
+        }
+        let new_puts = events
+            .iter()
+            .filter(|e| matches!(e.op, Op::PutNew { .. }))
+            .count();
+        if new_puts > 1 {
+            v.ids.push(*id);
+            v.violations
+                .push(format!("{id}: a handed id was handed out {new_puts} times"));
+        }
+        for e in events {
+            if matches!(e.op, Op::PutNew { .. }) && e.outcome == Outcome::Exists {
+                v.ids.push(*id);
+                v.violations.push(format!(
+                    "{id}: a put with an id member {} handed out found it taken",
+                    e.member
+                ));
             }
         }
         for e in events {
@@ -529,6 +592,7 @@ fn counts(history: &[Event], faults: &[Fault]) -> String {
     for e in history {
         let op = match e.op {
             Op::Put { .. } => "put",
+            Op::PutNew { .. } => "put (handed id)",
             Op::Get { .. } => "get",
             Op::Delete => "delete",
             Op::Abort => "abort",
@@ -560,13 +624,15 @@ fn the_cluster_keeps_its_invariants_under_kills_pauses_and_cuts() {
     let history = Arc::new(Mutex::new(Vec::new()));
     let faults = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
+    let handed = Arc::new(Mutex::new(Vec::new()));
     let t0 = Instant::now();
     let until = t0 + Duration::from_secs(seconds);
     let workers: Vec<_> = (0..MEMBERS * CLIENTS)
         .map(|w| {
             let (c, h, s) = (cluster.clone(), history.clone(), stop.clone());
+            let handed = handed.clone();
             let rng = Rng::new(seed.wrapping_add(w as u64 + 1));
-            std::thread::spawn(move || workload(&c, w % MEMBERS, run, rng, &s, &h))
+            std::thread::spawn(move || workload(&c, w % MEMBERS, run, rng, &s, &h, &handed))
         })
         .collect();
     nemesis(&cluster, Rng::new(seed), until, &faults);

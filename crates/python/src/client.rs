@@ -136,6 +136,15 @@ impl NativeClient {
         Ok(Self { inner: c })
     }
 
+    /// An id for a new object (20 bytes): random on a lone store; on a
+    /// cluster member, one claimed cluster-wide ahead (Client::new_id).
+    fn new_id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        // Safety: the work done detached touches no Python object (Rust data
+        // only: no Py<T> captured, dropped or returned).
+        let id = unsafe { detach(py, || self.inner.new_id()) }.py_err()?;
+        Ok(PyBytes::new(py, id.as_bytes()))
+    }
+
     /// Whether this client's user may only read the store.
     #[getter]
     fn read_only(&self) -> bool {
@@ -449,6 +458,7 @@ impl NativeClient {
         d.set_item("lookups", s.lookups)?;
         d.set_item("claims", s.claims)?;
         d.set_item("directory_entries", s.directory_entries)?;
+        d.set_item("ids_claimed_ahead", s.ids_claimed_ahead)?;
         d.set_item("updates", s.updates)?;
         d.set_item("updates_pending", s.updates_pending)?;
         Ok(d)

@@ -4,6 +4,7 @@
 //! answering side (what the peer service runs when another member asks).
 //!
 //! - [`claim`] — reserving an id cluster-wide for a create.
+//! - [`fresh`] — ids claimed ahead, in batches, handed to clients.
 //! - [`update`] — news of copies, applied to the directory.
 //! - [`lookup`] — where ids are, waiting for seals when asked.
 //! - [`contains`] — whether ids are sealed on some live member.
@@ -13,6 +14,7 @@
 pub mod claim;
 pub mod contains;
 pub mod delete;
+pub mod fresh;
 pub mod list;
 pub mod lookup;
 pub mod update;

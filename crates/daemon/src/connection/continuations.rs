@@ -2,7 +2,7 @@
 //! new ids, cluster-wide contains/delete/list, remote fetches): they report
 //! back on the connection's channel and are answered here.
 
-use super::{parse_id, Connection, Refusal};
+use super::{parse_id, refuse, Connection, Refusal};
 use ferroplasma_cluster::Completion;
 use ferroplasma_protocol::pb::{self, reply, request};
 use ferroplasma_protocol::ObjectId;
@@ -20,12 +20,34 @@ pub(super) fn unclaim(shared: &crate::shared::SharedRef, id: ObjectId) {
     }
 }
 
+/// What a create must do about its id's claim ([`Connection::claim_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ClaimOf {
+    /// A lone store, or an id this store holds already.
+    NotNeeded,
+    /// Claimed already: the store handed it to this connection.
+    Handed,
+    /// Claim it first.
+    Needed,
+}
+
 impl Connection {
-    /// In a cluster, a create first claims its id cluster-wide (the create
-    /// resumes in `on_completion`); an id taken locally needs no round trip
-    /// to be refused. A lone store never claims.
-    pub(super) fn needs_claim(&self, id: &ObjectId) -> bool {
-        self.cluster.is_some() && !self.shared.lock().store.exists(id)
+    /// Whether a create of `id` must first claim it cluster-wide (in a
+    /// cluster; the create resumes in `on_completion`). An id taken locally
+    /// needs no round trip to be refused, and one the store handed this
+    /// connection (`NewIds`) is claimed already. A lone store never claims.
+    pub(super) fn claim_of(&self, id: &ObjectId) -> ClaimOf {
+        if self.cluster.is_none() {
+            return ClaimOf::NotNeeded;
+        }
+        let mut sh = self.shared.lock();
+        if sh.store.exists(id) {
+            ClaimOf::NotNeeded
+        } else if sh.take_handed(self.client, id) {
+            ClaimOf::Handed
+        } else {
+            ClaimOf::Needed
+        }
     }
 
     /// Claims `id` cluster-wide, then resumes `request` (Create or
@@ -59,6 +81,61 @@ impl Connection {
             }
         };
         tokio::spawn(work.in_current_span());
+    }
+
+    /// A `NewIds`: ids for new objects. On a cluster member, ids claimed
+    /// cluster-wide ahead (at once from the cluster's pool, else after a
+    /// claim round), recorded as this connection's; on a lone store,
+    /// random ids no object has.
+    pub(super) fn new_ids(&self, rid: u64, count: u32) -> Result<Option<reply::Body>, Refusal> {
+        use crate::shared::MAX_HELD;
+        const MOST: u32 = ferroplasma_cluster::ops::fresh::BATCH as u32;
+        if !(1..=MOST).contains(&count) {
+            return Err(refuse(
+                pb::ErrorCode::InvalidRequest,
+                format!("NewIds.count is {count}: ask for 1 to {MOST} ids"),
+            ));
+        }
+        let client = self.client;
+        let held = self.shared.lock().held(client);
+        if held + count as usize > MAX_HELD {
+            return Err(refuse(
+                pb::ErrorCode::TooLarge,
+                format!(
+                    "this connection holds {held} ids from NewIds it has not created objects \
+                     with (at most {MAX_HELD}): create with those before asking for more"
+                ),
+            ));
+        }
+        let packed = |ids: &[ObjectId]| -> Vec<u8> { ids.iter().flat_map(|id| id.0).collect() };
+        let Some(cl) = self.cluster.clone() else {
+            let sh = self.shared.lock();
+            let ids: Vec<ObjectId> = (0..count)
+                .map(|_| ObjectId::random())
+                .filter(|id| !sh.store.exists(id))
+                .collect();
+            return Ok(Some(reply::Body::NewIds(pb::NewIdsReply {
+                object_ids: packed(&ids),
+            })));
+        };
+        let shared = self.shared.clone();
+        self.spawn_reply(rid, async move {
+            let ids = cl.fresh_ids(count as usize).await?;
+            let mut sh = shared.lock();
+            if !sh.hand(client, &ids) {
+                // The client left meanwhile.
+                sh.give_back_ids(ids);
+                return Err(ferroplasma_cluster::wire_error(
+                    pb::ErrorCode::InvalidRequest,
+                    "the connection ended".into(),
+                    None,
+                ));
+            }
+            Ok(reply::Body::NewIds(pb::NewIdsReply {
+                object_ids: packed(&ids),
+            }))
+        });
+        Ok(None)
     }
 
     /// Runs a cluster operation and answers request `rid` with its result.

@@ -1,5 +1,6 @@
 //! Each request, answered now or handed to the part that finishes it later.
 
+use super::continuations::ClaimOf;
 use super::creates::check_inline;
 use super::{parse_id, parse_ids, refuse, store_refusal, Connection, Refusal};
 use crate::convert;
@@ -20,7 +21,7 @@ impl Connection {
             let what = match &body {
                 // A reader's objects could push the owner's out (eviction)
                 // or take ids the owner's programs expect: readers only read.
-                B::Create(_) | B::CreateAndSeal(_) | B::Lease(_) | B::Settle(_) => {
+                B::Create(_) | B::CreateAndSeal(_) | B::Lease(_) | B::Settle(_) | B::NewIds(_) => {
                     Some("create objects")
                 }
                 B::Delete(_) => Some("delete objects"),
@@ -60,21 +61,25 @@ impl Connection {
                     }
                     c.metadata_size = c.metadata.len() as u64;
                 }
-                if self.needs_claim(&id) {
-                    self.start_claim(rid, id, B::Create(c));
-                    return Ok(None);
+                match self.claim_of(&id) {
+                    ClaimOf::Needed => {
+                        self.start_claim(rid, id, B::Create(c));
+                        Ok(None)
+                    }
+                    claim => self.create(rid, id, c, claim == ClaimOf::Handed),
                 }
-                self.create(rid, id, c, false)
             }
             B::CreateAndSeal(c) => {
                 let id = parse_id(&c.object_id)?;
                 check_inline("data", c.data.len())?;
                 check_inline("metadata", c.metadata.len())?;
-                if self.needs_claim(&id) {
-                    self.start_claim(rid, id, B::CreateAndSeal(c));
-                    return Ok(None);
+                match self.claim_of(&id) {
+                    ClaimOf::Needed => {
+                        self.start_claim(rid, id, B::CreateAndSeal(c));
+                        Ok(None)
+                    }
+                    claim => self.create_and_seal(rid, id, c, claim == ClaimOf::Handed),
                 }
-                self.create_and_seal(rid, id, c, false)
             }
             B::Seal(s) => {
                 let id = parse_id(&s.object_id)?;
@@ -105,7 +110,7 @@ impl Connection {
                     Err(GrantError::Off) => Err(refuse(
                         pb::ErrorCode::InvalidRequest,
                         "this store does not offer writes without a round trip (it has no \
-                         shared table, is a cluster member, or runs with --fast-writes off): \
+                         shared table, is under 32 MiB, or runs with --fast-writes off): \
                          create with Create"
                             .into(),
                     )),
@@ -131,6 +136,7 @@ impl Connection {
                 sh.settle(client, id).map_err(store_refusal)?;
                 Ok(ok())
             }
+            B::NewIds(n) => self.new_ids(rid, n.count),
             B::Get(g) => self.get(rid, g),
             B::Release(_) => unreachable!("handled before dispatch"),
             B::Contains(c) if c.cluster && self.cluster.is_some() => {

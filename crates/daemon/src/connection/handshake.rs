@@ -78,7 +78,7 @@ pub(super) async fn handshake(
             .await;
         return Err(Close::Violation(msg));
     }
-    let (client, rx, arena, capacity, table) = {
+    let (client, rx, arena, capacity, table, cluster_member) = {
         let mut sh = shared.lock();
         let (client, rx) = sh.register(super::NOTICE_QUEUE);
         let table = match sh.table.clone() {
@@ -92,7 +92,14 @@ pub(super) async fn handshake(
             },
             None => None,
         };
-        (client, rx, sh.arena.clone(), sh.store.capacity(), table)
+        (
+            client,
+            rx,
+            sh.arena.clone(),
+            sh.store.capacity(),
+            table,
+            sh.cluster_client.is_some(),
+        )
     };
     let reply = pb::Reply {
         request_id: req.request_id,
@@ -109,6 +116,7 @@ pub(super) async fn handshake(
             table_slots: table.as_ref().map_or(0, |t| t.slots as u64),
             read_only,
             table_token: table.as_ref().map_or_else(Vec::new, |t| t.token.to_vec()),
+            cluster_member,
         })),
     };
     let frame = ferroplasma_protocol::frame::encode_frame(&reply);

@@ -65,6 +65,7 @@ fn op_of(body: &request::Body) -> Option<Op> {
         B::ClusterStatus(_) => Op::cluster_status,
         B::Lease(_) => Op::lease,
         B::Settle(_) => Op::settle,
+        B::NewIds(_) => Op::new_ids,
         B::Connect(_) | B::AttachTable(_) => return None,
     })
 }

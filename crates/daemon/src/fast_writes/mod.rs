@@ -72,8 +72,9 @@ impl Shared {
         })
     }
 
-    /// Turns writes without a round trip on (a store with a shared table,
-    /// outside a cluster). False, with a warning, when the area does not fit.
+    /// Turns writes without a round trip on (a store with a shared table;
+    /// on a cluster member, for ids the store handed out: `take_in`).
+    /// False, with a warning, when the area does not fit.
     pub fn enable_fast_writes(&mut self) -> bool {
         if self.table.is_none() || self.store.capacity() < MIN_CAPACITY {
             return false;
@@ -214,6 +215,16 @@ impl Shared {
         };
         match e.kind {
             fw::CREATE => {
+                // A cluster member's ids are claimed cluster-wide: through a
+                // ring, only those it handed this client (`crate::shared::handed`).
+                if self.cluster_client.is_some() && !self.take_handed(client, &e.id) {
+                    let f = self.fast.as_ref().expect("on");
+                    fw::clear_claim(&f.buckets()[fw::bucket_of(&e.id)], tag);
+                    return Err(format!(
+                        "a create of {}, an id this cluster member did not hand it (NewIds)",
+                        e.id
+                    ));
+                }
                 let loc = Location {
                     arena: 0,
                     offset: e.offset,
@@ -237,6 +248,10 @@ impl Shared {
                     }
                     Err(err) => {
                         fw::clear_claim(&f.buckets()[fw::bucket_of(&e.id)], tag);
+                        // A handed id's claim goes back with the ring.
+                        if self.cluster_client.is_some() && !self.store.exists(&e.id) {
+                            fx.aborted.push(e.id);
+                        }
                         Err(err.to_string())
                     }
                 }

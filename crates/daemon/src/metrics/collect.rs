@@ -334,6 +334,13 @@ impl Collector for StoreCollector {
         )?;
         gauge(
             &mut e,
+            "cluster_ids_claimed_ahead",
+            "Ids claimed cluster-wide ahead and not handed out yet",
+            None,
+            st.ids_claimed_ahead as i64,
+        )?;
+        gauge(
+            &mut e,
             "cluster_updates_pending",
             "Objects whose news the directory has not had yet",
             None,

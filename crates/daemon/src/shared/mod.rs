@@ -11,8 +11,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{mpsc, Notify};
 
+mod handed;
 mod memory;
 mod spilling;
+pub use handed::MAX_HELD;
 pub use spilling::Restore;
 
 /// The store's state.
@@ -62,6 +64,8 @@ pub struct Shared {
     freed_given_back: u64,
     /// Writes without a round trip, when on (`crate::fast_writes`).
     pub fast: Option<crate::fast_writes::rings::FastWrites>,
+    /// Ids handed to connections and not created yet (`handed`).
+    pub(crate) handed: handed::Handed,
 }
 
 /// A handle on [`Shared`].
@@ -102,6 +106,7 @@ impl SharedRef {
             give_back_memory: true,
             freed_given_back: 0,
             fast: None,
+            handed: Default::default(),
         }));
         Self(state, Arc::new(std::sync::Condvar::new()), Arc::default())
     }
@@ -173,6 +178,11 @@ impl Shared {
         (id, rx)
     }
 
+    /// Whether connection `client` is still registered.
+    pub fn is_connected(&self, client: ClientId) -> bool {
+        self.outboxes.contains_key(&client)
+    }
+
     /// Registers the cluster agent: a subscriber of every seal and deletion
     /// (and told of aborted creates) whose notices are never dropped.
     pub fn register_agent(&mut self) -> (ClientId, mpsc::UnboundedReceiver<Notice>) {
@@ -189,6 +199,7 @@ impl Shared {
         self.outboxes.remove(&client);
         let fx = self.store.disconnect(client);
         self.forget_ring(client);
+        self.forget_handed(client);
         if let Some(f) = &self.table {
             f.remove_client(client);
         }
