@@ -214,7 +214,7 @@ class PlasmaClient:
         memcopy_threads: int = 6,
     ) -> ObjectID:
         """Stores the bytes of a buffer-protocol object as they are."""
-        oid = object_id or ObjectID.random()
+        oid = object_id or ObjectID(self._c.new_id())
         data = memoryview(value).cast("B")
         with _plasma_errors():
             buf = self._c.create(oid.binary(), data.nbytes, bytes(metadata))
@@ -239,7 +239,7 @@ class PlasmaClient:
                 DeprecationWarning,
                 stacklevel=2,
             )
-        oid = object_id or ObjectID.random()
+        oid = object_id or ObjectID(self._c.new_id())
         plan = serialization.plan(value)
         with _plasma_errors():
             buf = self._c.create(oid.binary(), plan.size, b"")

@@ -215,7 +215,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 )?;
             }
             say!(
-                "pulled {} objects ({}) in {} requests, served {} ({}); {} lookups, {} claims sent; {} directory entries kept; {} updates sent, {} pending",
+                "pulled {} objects ({}) in {} requests, served {} ({}); {} lookups, {} claims sent, {} ids claimed ahead; {} directory entries kept; {} updates sent, {} pending",
                 s.fetches,
                 human(s.fetched_bytes),
                 s.pulls,
@@ -223,6 +223,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 human(s.served_bytes),
                 s.lookups,
                 s.claims,
+                s.ids_claimed_ahead,
                 s.directory_entries,
                 s.updates,
                 s.updates_pending
