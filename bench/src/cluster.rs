@@ -230,7 +230,7 @@ fn run(args: &Args, net: &Net) -> anyhow::Result<()> {
     let lone_sock = dir.join("lone.sock");
     stores.push(Killed(
         net.cmd(0, &store_bin)
-            .args(["store", "--memory", "256MiB", "--socket"])
+            .args(["store", "--memory", "256MiB", "--prefault", "--socket"])
             .arg(&lone_sock)
             .env("FERROPLASMA_LOG", "warn")
             .stdout(Stdio::null())

@@ -26,7 +26,8 @@ impl Session {
 }
 
 impl Client {
-    /// An id for a new object. On a lone store, a random one. On a cluster
+    /// An id for a new object. On a lone store, a random one (drawn 256 at
+    /// a time: no system call per id). On a cluster
     /// member, one the store claimed cluster-wide ahead: creating it (with
     /// [`Client::put`], [`Client::create`], ...) asks no other member, and
     /// small objects are created without a round trip at all, as on a lone
@@ -43,11 +44,17 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn new_id(&self) -> Result<ObjectId> {
+        // (After a fork this fails, so a child never hands out its
+        // parent's stock.)
         self.inner.check_pid()?;
-        if !self.inner.cluster_member {
-            return Ok(ObjectId::random());
-        }
         let mut f = self.inner.lock_fresh();
+        if !self.inner.cluster_member {
+            if f.stock.is_empty() {
+                // One system call for many ids.
+                f.stock = ObjectId::random_many(ASK as usize);
+            }
+            return Ok(f.stock.pop().expect("not empty"));
+        }
         if f.stock.is_empty() {
             let got = self.call(request::Body::NewIds(pb::NewIds { count: ASK }))?;
             let reply::Body::NewIds(r) = got else {

@@ -57,12 +57,13 @@ pub(crate) struct Session {
     pub(crate) fresh: Mutex<FreshIds>,
 }
 
-/// A cluster member's ids this client holds.
+/// Ids for new objects this client holds (`Client::new_id`): drawn ahead
+/// at random on a lone store, handed out by the store on a cluster member.
 #[derive(Debug, Default)]
 pub(crate) struct FreshIds {
     /// Not given out yet.
     pub(crate) stock: Vec<ObjectId>,
-    /// Given out by `new_id` and not created yet.
+    /// A cluster member's, given out by `new_id` and not created yet.
     pub(crate) issued: std::collections::HashSet<ObjectId, ferroplasma_protocol::IdHasher>,
 }
 

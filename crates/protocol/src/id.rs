@@ -42,6 +42,16 @@ impl ObjectId {
         Self(b)
     }
 
+    /// `n` random ids from one call for randomness (one system call where
+    /// [`ObjectId::random`] makes one per id).
+    pub fn random_many(n: usize) -> Vec<Self> {
+        let mut b = vec![0u8; n * Self::LEN];
+        fill_random(&mut b);
+        b.chunks_exact(Self::LEN)
+            .map(|c| Self(c.try_into().expect("LEN bytes")))
+            .collect()
+    }
+
     /// The raw bytes.
     pub fn as_bytes(&self) -> &[u8; Self::LEN] {
         &self.0
