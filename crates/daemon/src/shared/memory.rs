@@ -15,8 +15,15 @@ use crate::arena::{Arena, HUGE_PAGE};
 use std::sync::Arc;
 
 /// Pages are given back once this many more bytes were freed since the
-/// last time: deletes of a few objects cost nothing.
+/// last time (deletes of a few objects cost nothing), and not while the
+/// store allocated this many since its last look (the memory is in use
+/// again).
 const GIVE_BACK_AFTER: u64 = 16 << 20;
+/// Looks in a row (seconds) with less than [`GIVE_BACK_AFTER`] allocated
+/// and less freed before pages are given back: memory must stay free that
+/// long, so that a loop of large puts and deletes with pauses of a few
+/// seconds keeps its pages, as a decaying malloc's would.
+pub const QUIET_LOOKS: u32 = 4;
 /// Free ranges smaller than this keep their pages (they are reused soon,
 /// and the kernel gives back whole 2 MiB blocks only).
 const SMALLEST_RANGE: u64 = 4 << 20;
@@ -53,14 +60,32 @@ impl GiveBack {
 impl Shared {
     /// Housekeeping, once a second: the shared table shrinks when deletes
     /// left it mostly empty; and when enough memory was freed since the last
-    /// time, the first step of giving its pages back. Each costs O(1) when
-    /// there is nothing to do.
+    /// time, and the store has not allocated as much since the last look,
+    /// the first step of giving its pages back. Each costs O(1) when there
+    /// is nothing to do.
+    ///
+    /// Memory freed and allocated again keeps its pages: a program that
+    /// puts, reads and deletes large objects in a loop would otherwise have
+    /// each round's pages given back and faulted in again by the next (a
+    /// 100 MB create then took 6–10× as long as Plasma's, which keeps them).
+    /// Only once the store has allocated and freed less than 16 MiB a
+    /// second for [`QUIET_LOOKS`] looks in a row do the pages go.
     pub fn tidy_memory(&mut self) -> Option<GiveBack> {
         if self.table.is_some() {
             self.store.resize_readers(false);
         }
-        let freed = self.store.freed_bytes();
-        if !self.give_back_memory || freed < self.freed_given_back + GIVE_BACK_AFTER {
+        let (allocated, freed) = (self.store.allocated_bytes(), self.store.freed_bytes());
+        let busy = allocated.saturating_sub(self.last_look.0) >= GIVE_BACK_AFTER
+            || freed.saturating_sub(self.last_look.1) >= GIVE_BACK_AFTER;
+        self.last_look = (allocated, freed);
+        self.quiet_looks = match busy {
+            true => 0,
+            false => self.quiet_looks.saturating_add(1),
+        };
+        if !self.give_back_memory
+            || self.quiet_looks < QUIET_LOOKS
+            || freed < self.freed_given_back + GIVE_BACK_AFTER
+        {
             return None;
         }
         self.freed_given_back = freed;

@@ -45,6 +45,17 @@ fn fragmented(mib: u64) -> (SharedRef, Vec<(u64, u64)>) {
     (shared, kept)
 }
 
+/// Looks as the store's timer does once a second, until one plans a step
+/// (at most [`QUIET_LOOKS`] + 1): how many it took, and the step.
+fn looks_until_step(sh: &mut Shared) -> (u32, Option<GiveBack>) {
+    for n in 1..=QUIET_LOOKS + 1 {
+        if let Some(step) = sh.tidy_memory() {
+            return (n, Some(step));
+        }
+    }
+    (QUIET_LOOKS + 1, None)
+}
+
 fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.0 + b.1 && b.0 < a.0 + a.1
 }
@@ -55,7 +66,11 @@ fn steps_reserve_whole_blocks_of_free_memory_and_free_them_again() {
     let mut sh = shared.lock();
     let free_before = sh.store.free_bytes();
     let touched = sh.store.touched_end();
-    let mut step = sh.tidy_memory().expect("enough was freed for a give-back");
+    // The first look finds 96 MiB allocated since the last: kept, until
+    // enough looks in a row found no allocation.
+    let (looks, step) = looks_until_step(&mut sh);
+    assert_eq!(looks, QUIET_LOOKS + 1);
+    let mut step = step.expect("enough was freed for a give-back");
     let mut covered = Vec::new();
     loop {
         let reserved: u64 = step.blocks.iter().map(|b| b.1).sum();
@@ -116,9 +131,11 @@ fn steps_reserve_whole_blocks_of_free_memory_and_free_them_again() {
             at += HUGE_PAGE;
         }
     }
-    // The aborted creates above freed memory: one more pass, then nothing
-    // is left to give back until more is freed.
-    let mut step = sh.tidy_memory();
+    // The aborted creates above allocated and freed memory: a look finds
+    // it in use again, the next one (no allocation since) gives it back,
+    // and then nothing is left to give back until more is freed.
+    let (_, mut step) = looks_until_step(&mut sh);
+    assert!(step.is_some(), "no allocation since the last looks");
     while let Some(s) = step {
         let r = s.run();
         step = sh.finish_give_back(s, r);
@@ -127,4 +144,50 @@ fn steps_reserve_whole_blocks_of_free_memory_and_free_them_again() {
         sh.tidy_memory().is_none(),
         "nothing more freed: no new give-back"
     );
+}
+
+/// Memory freed while the store keeps allocating as much again (a program
+/// that puts, reads and deletes large objects in a loop) keeps its pages;
+/// once [`QUIET_LOOKS`] looks in a row found nothing allocated or freed,
+/// they go back.
+#[test]
+fn freed_memory_keeps_its_pages_until_it_stayed_free_for_a_few_seconds() {
+    let (shared, _) = fragmented(96);
+    let mut sh = shared.lock();
+    for _ in 0..QUIET_LOOKS - 1 {
+        assert!(sh.tidy_memory().is_none(), "96 MiB allocated lately");
+    }
+    for _ in 0..32 {
+        let id = ObjectId::random();
+        let fx = sh.store.create_sealed(id, MIB, 0, 0, |_| ()).unwrap();
+        sh.deliver(fx);
+        let (_, fx) = sh.store.delete(id);
+        sh.deliver(fx);
+    }
+    assert!(
+        sh.tidy_memory().is_none(),
+        "32 MiB allocated and freed again since the last look: kept"
+    );
+    let (looks, step) = looks_until_step(&mut sh);
+    assert_eq!(looks, QUIET_LOOKS, "given back once allocations stopped");
+    let step = step.expect("a step");
+    let r = step.run();
+    let _ = sh.finish_give_back(step, r);
+    // Objects made, then a quiet spell, then deleted: their memory was
+    // free for no time at all, and keeps its pages as long again.
+    let ids: Vec<ObjectId> = (0..32).map(|_| ObjectId::random()).collect();
+    for id in &ids {
+        let fx = sh.store.create_sealed(*id, MIB, 0, 0, |_| ()).unwrap();
+        sh.deliver(fx);
+    }
+    for _ in 0..=QUIET_LOOKS {
+        let _ = sh.tidy_memory();
+    }
+    for id in ids {
+        let (_, fx) = sh.store.delete(id);
+        sh.deliver(fx);
+    }
+    let (looks, step) = looks_until_step(&mut sh);
+    assert_eq!(looks, QUIET_LOOKS + 1, "freed memory waits before it goes");
+    sh.abandon_give_back(&step.expect("a step").blocks);
 }

@@ -62,6 +62,10 @@ pub struct Shared {
     pub give_back_memory: bool,
     /// `Store::freed_bytes` when pages were last given back.
     freed_given_back: u64,
+    /// `Store::allocated_bytes` and `freed_bytes` at the last `tidy_memory`.
+    last_look: (u64, u64),
+    /// Looks in a row that found less than 16 MiB allocated or freed.
+    quiet_looks: u32,
     /// Writes without a round trip, when on (`crate::fast_writes`).
     pub fast: Option<crate::fast_writes::rings::FastWrites>,
     /// Ids handed to connections and not created yet (`handed`).
@@ -105,6 +109,8 @@ impl SharedRef {
             outboxes: HashMap::default(),
             give_back_memory: true,
             freed_given_back: 0,
+            last_look: (0, 0),
+            quiet_looks: 0,
             fast: None,
             handed: Default::default(),
         }));

@@ -118,6 +118,12 @@ impl Store {
         self.alloc.freed()
     }
 
+    /// Arena bytes allocated since the store started (only grows but for
+    /// ranges taken and put back to give their pages back).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.alloc.freed() + self.alloc.used()
+    }
+
     /// The free ranges of the arena of at least `min` bytes, as (offset,
     /// size): no object lies there, so their pages may be given back.
     pub fn free_ranges_at_least(&self, min: u64) -> Vec<(u64, u64)> {
