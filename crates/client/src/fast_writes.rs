@@ -162,38 +162,55 @@ impl FastWriter {
             return Ok(None);
         }
         let mut st = self.lock();
-        if st.current.as_ref().is_none_or(|l| l.end - l.next < need) {
-            if st.refused.is_some_and(|t| t.elapsed() < LEASE_BACKOFF) {
-                return Ok(None);
-            }
-            if let Some(old) = st.current.take() {
-                retire(&mut st, old);
-            }
-            let done = std::mem::take(&mut st.done);
-            match lease(session, LEASE_BYTES, done) {
-                Ok(g) if g.size > 0 && session.checked_ptr(g.offset, g.size).is_ok() => {
-                    st.current = Some(Lease {
-                        start: g.offset,
-                        end: g.offset + g.size,
-                        next: g.offset,
-                        writing: 0,
-                    });
-                    st.refused = None;
-                }
-                // No room for a lease: the slow way makes room, or says why.
-                _ => {
-                    st.refused = Some(std::time::Instant::now());
+        let (ring, records) = self.ring();
+        let mut closed = false;
+        let offset = loop {
+            if st.current.as_ref().is_none_or(|l| l.end - l.next < need) {
+                if st.refused.is_some_and(|t| t.elapsed() < LEASE_BACKOFF) {
                     return Ok(None);
                 }
+                if let Some(old) = st.current.take() {
+                    retire(&mut st, old);
+                }
+                let done = std::mem::take(&mut st.done);
+                match lease(session, LEASE_BYTES, done) {
+                    Ok(g) if g.size > 0 && session.checked_ptr(g.offset, g.size).is_ok() => {
+                        st.current = Some(Lease {
+                            start: g.offset,
+                            end: g.offset + g.size,
+                            next: g.offset,
+                            writing: 0,
+                        });
+                        st.refused = None;
+                    }
+                    // No room for a lease: the slow way makes room, or says why.
+                    _ => {
+                        st.refused = Some(std::time::Instant::now());
+                        return Ok(None);
+                    }
+                }
             }
-        }
-        let (ring, records) = self.ring();
+            let lease = st.current.as_mut().expect("leased above");
+            // Allocated where the store can see it: it may close the lease
+            // to take its rest back (it needed the room), and then nothing
+            // more goes in it.
+            if fw::bump(ring, lease.next, need) {
+                let at = lease.next;
+                lease.next += need;
+                break at;
+            }
+            let old = st.current.take().expect("leased above");
+            retire(&mut st, old);
+            if std::mem::replace(&mut closed, true) {
+                return Ok(None);
+            }
+        };
         let (index, bucket) = self.bucket(&id);
         if !fw::claim(bucket, ring, index, self.tag) {
+            // Its room stays unused until the lease ends.
             return Ok(None);
         }
         let lease = st.current.as_mut().expect("leased above");
-        let offset = lease.next;
         let e = Entry {
             kind: fw::CREATE,
             id,
@@ -206,7 +223,6 @@ impl FastWriter {
             fw::unclaim(bucket, ring, self.tag);
             return Ok(None);
         }
-        lease.next += need;
         lease.writing += 1;
         let start = lease.start;
         drop(st);

@@ -128,12 +128,14 @@ pub async fn serve_until(
         let probe = shared.lock().dirty_probe();
         let shared = shared.clone();
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(std::time::Duration::from_millis(2));
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut idle_looks = 0u32;
             loop {
-                every.tick().await;
+                tokio::time::sleep(crate::fast_writes::next_look(idle_looks)).await;
                 if probe.as_ref().is_some_and(|p| p.dirty()) {
                     drop(shared.lock());
+                    idle_looks = 0;
+                } else {
+                    idle_looks = idle_looks.saturating_add(1);
                 }
             }
         });

@@ -430,3 +430,83 @@ fn a_late_subscriber_hears_of_ring_seals_in_seal_order() {
     }
     assert_eq!(seen, ids, "existing objects in the order they were sealed");
 }
+
+/// Context switches of every thread of process `pid` so far.
+fn context_switches(pid: u32) -> u64 {
+    let mut n = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status =
+            std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+        n += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    n
+}
+
+/// A store whose clients stopped writing looks for their records 50 times
+/// a second, not every 2 ms: an idle store with a writing client connected
+/// wakes a few tens of times a second (it woke 514 times before).
+#[test]
+fn an_idle_store_with_a_writer_connected_rarely_wakes() {
+    let store = TestStore::start("64MiB");
+    let c = store.client();
+    c.put(ObjectId::random(), b"a ring and a lease", b"")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = store.child.as_ref().unwrap().id();
+    let before = context_switches(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let woke = context_switches(pid) - before;
+    assert!(woke < 150, "the idle store woke {woke} times in a second");
+    // Writes still appear to other clients' reads without a round trip.
+    let id = ObjectId::random();
+    c.put(id, b"late", b"").unwrap();
+    let other = store.client();
+    let t = Instant::now();
+    while !other.contains(&[id]).unwrap()[0] {
+        assert!(t.elapsed() < Duration::from_secs(5), "never seen");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A store with no room left but the unused rest of a writer's lease takes
+/// that rest back for another client's large object (evicting nothing),
+/// and the writer, whose lease is closed, never writes there again: the
+/// large object's bytes stay as written while the writer keeps putting.
+#[test]
+fn the_unused_rest_of_a_lease_is_taken_back_when_room_runs_out() {
+    let store = TestStore::start("32MiB");
+    let a = store.client();
+    let kept = ObjectId::random();
+    a.put(kept, &[1u8; 1000], b"").unwrap(); // a ring and a 1 MiB lease
+    let b = store.client();
+    let s = b.stats().unwrap();
+    // Fits only with most of the lease back (a's object stays).
+    let size = s.largest_free_block + (512 << 10);
+    let big = ObjectId::random();
+    let mut buf = b
+        .create(big, size, b"")
+        .expect("the lease's unused rest was taken back");
+    buf.as_mut_slice().fill(0xAB);
+    let sealed = b.seal(buf).unwrap();
+    assert_eq!(b.stats().unwrap().evictions, 0, "nothing evicted for it");
+    assert!(b.contains(&[kept]).unwrap()[0]);
+    // The writer goes on: its lease is closed, so its puts go elsewhere
+    // (or find the store full), never into the large object.
+    for _ in 0..200 {
+        let _ = a.put(ObjectId::random(), &[2u8; 1000], b"");
+    }
+    let got = b
+        .get(&[big], Some(Duration::ZERO))
+        .unwrap()
+        .remove(0)
+        .unwrap();
+    assert!(
+        got.data().iter().all(|&x| x == 0xAB),
+        "the writer wrote into it"
+    );
+    drop((got, sealed));
+}

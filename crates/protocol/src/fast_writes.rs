@@ -13,7 +13,10 @@
 //! - a **ring** per client: a [`RingHeader`] (the client's `head`, the
 //!   store's `tail`) and [`RING_RECORDS`] records of 64 bytes
 //!   ([`Record`]): create, seal, abort;
-//! - **leases**: ranges of the arena a client allocates its objects in.
+//! - **leases**: ranges of the arena a client allocates its objects in,
+//!   the open one's top published in the ring header ([`bump`]) so that
+//!   the store can close it and take its unused rest back when it needs
+//!   the room ([`close_lease`]).
 //!
 //! A create on the fast path ([`claim`], [`push`], [`settled_alone`]):
 //! 1. the client claims the id's bucket (compare-and-swap from 0 to its
@@ -111,7 +114,12 @@ pub struct RingHeader {
     pub head: AtomicU64,
     /// 1 + the bucket the client is claiming now, 0 when none.
     pub claiming: AtomicU32,
-    _client: [u32; 13],
+    _pad: u32,
+    /// Where the client allocates next in its open lease ([`bump`]); the
+    /// store sets it when it grants a lease ([`open_lease`]) and may swap
+    /// in [`CLOSED`] to take the rest of the lease back ([`close_lease`]).
+    pub lease_top: AtomicU64,
+    _client: [u64; 5],
     /// Records taken in so far (the store's).
     pub tail: AtomicU64,
     _store: [u64; 7],
@@ -161,7 +169,9 @@ impl RingHeader {
         Self {
             head: AtomicU64::new(0),
             claiming: AtomicU32::new(0),
-            _client: [0; 13],
+            _pad: 0,
+            lease_top: AtomicU64::new(0),
+            _client: [0; 5],
             tail: AtomicU64::new(0),
             _store: [0; 7],
         }
@@ -374,6 +384,32 @@ pub fn read(records: &[Record], at: u64) -> Entry {
         metadata_size: w[6],
         time_us: w[7],
     }
+}
+
+/// [`RingHeader::lease_top`] of a lease the store closed.
+pub const CLOSED: u64 = u64::MAX;
+
+/// Client side: allocates `need` bytes at `at`, the top of its open lease.
+/// False when the store closed the lease (it needed the room): nothing
+/// more may be allocated in it.
+pub fn bump(ring: &RingHeader, at: u64, need: u64) -> bool {
+    ring.lease_top
+        .compare_exchange(at, at + need, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
+/// Store side: the client's new lease starts at `start` (written before
+/// the grant is answered).
+pub fn open_lease(ring: &RingHeader, start: u64) {
+    ring.lease_top.store(start, Ordering::Release);
+}
+
+/// Store side: closes the client's open lease; how far the client had
+/// allocated in it (`None` when it was closed already). The client
+/// allocates nothing past that any more, so the store may take the rest
+/// back. The value comes from the client: check it lies in the lease.
+pub fn close_lease(ring: &RingHeader) -> Option<u64> {
+    Some(ring.lease_top.swap(CLOSED, Ordering::AcqRel)).filter(|&t| t != CLOSED)
 }
 
 /// Store side: records up to `tail` taken in.

@@ -36,7 +36,7 @@ mod clients;
 mod dense;
 pub mod error;
 pub mod events;
-mod lease;
+pub mod lease;
 pub mod lru;
 pub mod object;
 pub mod policy;
@@ -48,6 +48,7 @@ mod trim;
 
 pub use error::StoreError;
 pub use events::{Effects, Event, EventKind, Notice};
+pub use lease::LeaseTops;
 pub use lru::Lru;
 pub use object::{ClientId, Location, ObjectInfo, ObjectState, MAX_METADATA, MAX_REFS};
 pub use policy::EvictionPolicy;

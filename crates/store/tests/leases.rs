@@ -135,3 +135,63 @@ fn a_lease_evicts_as_a_create_would() {
         Err(StoreError::StoreFull { .. })
     ));
 }
+
+/// Lease tops as a client publishes them: a fixed answer per client, and
+/// whether the store asked.
+#[derive(Debug, Default)]
+struct Tops(std::sync::Mutex<std::collections::HashMap<ClientId, u64>>);
+
+impl LeaseTops for Tops {
+    fn close(&self, client: ClientId) -> Option<u64> {
+        self.0.lock().unwrap().remove(&client)
+    }
+}
+
+/// A store with no room left but the unused rest of a client's open lease
+/// takes that rest back (the client allocates nothing more in it) before
+/// it evicts anything: an object of nearly the whole store fits while the
+/// objects already made in the lease stay. A top the client could not
+/// have reached (behind what the store took in, past the lease, not
+/// aligned) takes nothing back.
+#[test]
+fn an_allocation_with_no_room_takes_back_the_unused_rest_of_open_leases() {
+    let cap = 1 << 20;
+    let mut s = Store::new(cap);
+    let tops = std::sync::Arc::new(Tops::default());
+    s.set_lease_tops(tops.clone());
+    let a = s.connect();
+    let (start, _) = s.lease(a, 64 << 10).unwrap();
+    s.take_in(a, id(1), at(start, 1000), 1).unwrap();
+    s.seal(a, id(1), 2).unwrap();
+    // The client allocated 1024 + 512 bytes (a second object, not yet told).
+    tops.0.lock().unwrap().insert(a, start + 1536);
+    let b = s.connect();
+    // Everything but the lease's allocated part and the object: fits only
+    // when the lease's rest comes back.
+    let big = cap - 1536;
+    let (loc, _) = s
+        .create(b, id(9), big, 0, 0)
+        .expect("the lease's rest taken back");
+    assert!(s.exists(&id(9)));
+    assert_eq!(s.stats().evictions, 0, "no object was evicted for it");
+    assert!(loc.offset >= start + 1536 || loc.offset + big <= start);
+    // The client's record of its second object, inside what it allocated.
+    s.take_in(a, id(2), at(start + 1024, 500), 3).unwrap();
+    // Nothing past the top any more.
+    assert!(matches!(
+        s.take_in(a, id(3), at(start + 1536, 10), 4),
+        Err(StoreError::OutsideLease { .. })
+    ));
+    s.abort(b, id(9)).unwrap();
+    // A lie: a top behind what the store took in takes nothing back.
+    let c = s.connect();
+    let (start, _) = s.lease(c, 64 << 10).unwrap();
+    s.take_in(c, id(4), at(start, 4096), 5).unwrap();
+    tops.0.lock().unwrap().insert(c, start + 64);
+    let free = s.free_bytes();
+    assert!(s.create(b, id(8), free + 1, 0, 0).is_err() || s.stats().evictions > 0);
+    assert!(
+        s.take_in(c, id(5), at(start + 4096, 10), 6).is_ok(),
+        "still leased"
+    );
+}

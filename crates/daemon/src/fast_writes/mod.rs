@@ -27,6 +27,25 @@ use std::collections::HashSet;
 /// take the store's memory a lease at a time.
 pub const MAX_LEASES: usize = 16;
 
+/// How often the store looks for records nobody made it take in: every
+/// 2 ms while clients write, every 20 ms once [`BUSY_LOOKS`] looks in a row
+/// found none (an idle store with writing clients connected wakes 50 times
+/// a second, not 500).
+pub const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(2);
+/// The slower pace, once clients stopped writing.
+pub const IDLE_LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+/// Looks (at [`LOOK_EVERY`]) without records before the pace slows: 100 ms.
+pub const BUSY_LOOKS: u32 = 50;
+
+/// The wait before the next look, after `idle_looks` looks in a row found
+/// no records.
+pub fn next_look(idle_looks: u32) -> std::time::Duration {
+    match idle_looks < BUSY_LOOKS {
+        true => LOOK_EVERY,
+        false => IDLE_LOOK_EVERY,
+    }
+}
+
 /// Why a `Lease` is refused.
 #[derive(Debug)]
 pub enum GrantError {
@@ -84,6 +103,7 @@ impl Shared {
                 let f = FastWrites::at(self.arena.clone(), offset);
                 // Inside this section of the lock, as if on from its start.
                 fw::begin(f.area());
+                self.store.set_lease_tops(f.tops.clone());
                 self.fast = Some(f);
                 true
             }
@@ -352,6 +372,7 @@ impl Shared {
             let f = self.fast.as_mut().expect("on");
             let tag = f.next_tag;
             f.next_tag = f.next_tag.checked_add(1).unwrap_or(1);
+            f.tops.set(client, Some(offset));
             f.rings.insert(
                 client,
                 Ring {
@@ -373,6 +394,8 @@ impl Shared {
                 let n = n.min(fw::LEASE_BYTES);
                 let (offset, fx) = self.store.lease(client, n).map_err(GrantError::Store)?;
                 self.deliver(fx);
+                // Written before the client hears of the lease.
+                self.fast.as_ref().expect("on").tops.open(client, offset);
                 Some((offset, ferroplasma_store::allocator::Allocator::rounded(n)))
             }
         };
@@ -411,6 +434,7 @@ impl Shared {
         let Some(ring) = f.rings.remove(&client) else {
             return;
         };
+        f.tops.set(client, None);
         // Its unsealed objects were aborted with its connection.
         let mine: Vec<ObjectId> = f
             .unsealed

@@ -26,6 +26,9 @@ pub struct FastWrites {
     pub(super) area_offset: u64,
     pub(super) rings: HashMap<ClientId, Ring, IdHasher>,
     pub(super) next_tag: u32,
+    /// Where the store finds the tops of clients' open leases (shared with
+    /// the store, `Store::set_lease_tops`).
+    pub(super) tops: Arc<RingTops>,
     /// Objects created through a ring and not sealed yet, with their
     /// creator and its tag: their bucket stays claimed until the seal or
     /// abort is taken in, so no one else can take their id meanwhile, and
@@ -53,11 +56,12 @@ impl FastWrites {
     pub(crate) fn at(arena: Arc<Arena>, area_offset: u64) -> Self {
         arena.write(area_offset, &vec![0u8; AREA_BYTES]);
         Self {
-            arena,
+            arena: arena.clone(),
             area_offset,
             rings: HashMap::default(),
             next_tag: 1,
             unsealed: HashMap::default(),
+            tops: Arc::new(RingTops::new(arena.clone())),
         }
     }
 
@@ -98,6 +102,58 @@ impl FastWrites {
                 ),
             )
         }
+    }
+}
+
+/// The store's way to the tops of clients' open leases
+/// (`ferroplasma_store::LeaseTops`): each client's ring, where its client
+/// publishes how far it allocated.
+#[derive(Debug)]
+pub struct RingTops {
+    arena: Arc<Arena>,
+    /// Each client's ring offset.
+    rings: std::sync::Mutex<HashMap<ClientId, u64, IdHasher>>,
+}
+
+impl RingTops {
+    pub(crate) fn new(arena: Arc<Arena>) -> Self {
+        Self {
+            arena,
+            rings: Default::default(),
+        }
+    }
+
+    fn rings(&self) -> std::sync::MutexGuard<'_, HashMap<ClientId, u64, IdHasher>> {
+        self.rings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `client`'s ring lies at `offset` (`None`: it has none any more).
+    pub(crate) fn set(&self, client: ClientId, offset: Option<u64>) {
+        match offset {
+            Some(o) => self.rings().insert(client, o),
+            None => self.rings().remove(&client),
+        };
+    }
+
+    fn header(&self, offset: u64) -> &RingHeader {
+        // Safety: as for `FastWrites::ring_at`: the ring's bytes were
+        // reserved inside the arena, which `self.arena` keeps mapped, and
+        // the header is a `repr(C)` block of atomics.
+        unsafe { &*(self.arena.ptr().add(offset as usize) as *const RingHeader) }
+    }
+
+    /// `client`'s new lease starts at `start`.
+    pub(crate) fn open(&self, client: ClientId, start: u64) {
+        if let Some(&o) = self.rings().get(&client) {
+            fw::open_lease(self.header(o), start);
+        }
+    }
+}
+
+impl ferroplasma_store::LeaseTops for RingTops {
+    fn close(&self, client: ClientId) -> Option<u64> {
+        let offset = *self.rings().get(&client)?;
+        fw::close_lease(self.header(offset))
     }
 }
 

@@ -111,6 +111,10 @@ impl Store {
     }
 
     pub(super) fn make_room(&mut self, need: u64, fx: &mut Effects) -> Result<u64, StoreError> {
+        if self.alloc.largest_free() < need {
+            // Leased room nobody allocated goes first, before any object.
+            self.close_leases();
+        }
         if need > self.alloc.capacity() || self.alloc.free() + self.evictable_bytes() < need {
             return Err(self.full(need));
         }

@@ -21,13 +21,60 @@ impl Store {
     pub fn lease(&mut self, client: ClientId, size: u64) -> Result<(u64, Effects), StoreError> {
         let size = Allocator::rounded(size);
         let (offset, fx) = self.reserve(size)?;
-        self.clients.entry(client).or_default().leases.push(Lease {
+        let leases = &mut self.clients.entry(client).or_default().leases;
+        // The client allocates in its newest lease only.
+        for l in leases.iter_mut() {
+            l.open = false;
+        }
+        leases.push(Lease {
             start: offset,
             end: offset + size,
             next: offset,
             holes: Vec::new(),
+            open: true,
         });
         Ok((offset, fx))
+    }
+
+    /// Where clients publish how far they allocated in their open leases:
+    /// with it, the store takes the unused rest of open leases back when
+    /// it has no room (before it evicts anything).
+    pub fn set_lease_tops(&mut self, tops: std::sync::Arc<dyn crate::LeaseTops>) {
+        self.lease_tops = Some(tops);
+    }
+
+    /// Closes every open lease and frees what its client had not allocated
+    /// yet: room that is free but leased, taken back when an allocation
+    /// finds no room. A top that does not lie between what the store took
+    /// in and the lease's end (a client that broke the protocol) leaves
+    /// the lease as it was. The bytes taken back.
+    pub(super) fn close_leases(&mut self) -> u64 {
+        let Some(tops) = self.lease_tops.clone() else {
+            return 0;
+        };
+        let mut freed = 0;
+        for (&client, c) in self.clients.iter_mut() {
+            let Some(l) = c.leases.iter_mut().find(|l| l.open) else {
+                continue;
+            };
+            l.open = false;
+            let Some(top) = tops.close(client) else {
+                continue;
+            };
+            if top < l.next || top > l.end || top % 64 != 0 {
+                continue;
+            }
+            if top < l.end {
+                self.alloc.free_range(top, l.end - top);
+                self.reserved -= l.end - top;
+                freed += l.end - top;
+                l.end = top;
+            }
+        }
+        if freed > 0 {
+            self.room_made += 1;
+        }
+        freed
     }
 
     /// Memory for the store's own use (not an object), evicting as a

@@ -63,6 +63,8 @@ pub struct Store {
     spill: Option<SpillTable>,
     /// Readers that take references without asking (the shared table).
     readers: Option<std::sync::Arc<dyn crate::Readers>>,
+    /// Where clients publish the tops of their open leases (`leases.rs`).
+    lease_tops: Option<std::sync::Arc<dyn crate::LeaseTops>>,
     /// Bytes allocated that hold no object: the store's own
     /// ([`Store::reserve`]) and leases' room no object took yet. Not
     /// counted as used in stats.
@@ -90,6 +92,7 @@ impl Store {
             room_made: 0,
             spill: None,
             readers: None,
+            lease_tops: None,
             reserved: 0,
         }
     }
