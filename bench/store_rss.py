@@ -64,7 +64,9 @@ def main() -> None:
     d = tempfile.mkdtemp()
     sock = os.path.join(d, "s")
     memory = max(n * 64 * 2, 1 << 28)
-    cmd = [a.binary, "store", "--socket", sock, "--memory", str(memory), *a.store_args]
+    # Pages go back after 1 s without allocations (the default waits 30 s).
+    cmd = [a.binary, "store", "--socket", sock, "--memory", str(memory), "--give-back-after", "1s"]
+    cmd += a.store_args
     store = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
     try:
         c = connect(sock)
@@ -97,7 +99,7 @@ def main() -> None:
         for i in range(0, n, CHUNK):
             c.delete(ids[i : i + CHUNK])
         print(f"delete {n}: {time.perf_counter() - t0:.1f} s")
-        time.sleep(1.5)
+        time.sleep(3.0)
         r2 = rss_mib(store.pid)
         show("after delete", r2)
         print(

@@ -59,6 +59,15 @@ pub struct StoreConfig {
     #[arg(long)]
     pub prefault: bool,
 
+    /// How long freed memory of the arena stays unused (under 16 MiB a
+    /// second allocated or freed meanwhile) before its pages go back to
+    /// the kernel, e.g. `30s`. Shorter gives a store's memory back sooner
+    /// after it empties; longer keeps the pages of a program that puts and
+    /// deletes large objects now and then (faulting a GiB in again costs
+    /// about a second on a VM). With --prefault pages are never given back.
+    #[arg(long, value_name = "TIME", default_value = "30s", value_parser = parse_duration)]
+    pub give_back_after: std::time::Duration,
+
     /// When memory is short, write least recently used objects to segment
     /// files in DIR instead of evicting them; a later get brings them back.
     /// Without it, such objects are evicted (dropped).
@@ -95,9 +104,9 @@ pub struct StoreConfig {
     /// a round trip: each allocates in ranges of the arena the store leases
     /// it (1 MiB at a time) and tells the store through a ring in shared
     /// memory (docs/protocol.md, "Writes without a round trip"). Needs the
-    /// shared table (--table-slots above 0); off on a cluster member, whose
-    /// creates claim their ids cluster-wide. `off` sends every create to
-    /// the store.
+    /// shared table (--table-slots above 0); on a cluster member, for ids
+    /// the member hands out (claimed cluster-wide ahead; docs/cluster.md).
+    /// `off` sends every create to the store.
     #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off,
           action = clap::ArgAction::Set)]
     pub fast_writes: bool,
@@ -231,6 +240,7 @@ impl StoreConfig {
             table_slots: DEFAULT_TABLE_SLOTS,
             spin_us: crate::spin::DEFAULT_SPIN_US,
             fast_writes: true,
+            give_back_after: std::time::Duration::from_secs(30),
             allow_uid: Vec::new(),
             allow_gid: Vec::new(),
             cluster_listen: None,

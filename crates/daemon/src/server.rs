@@ -120,6 +120,7 @@ pub async fn serve_until(
     let give_back = !config.prefault && !config.hugepages && !arena.is_hugetlb();
     let shared = SharedRef::new(store, arena, spill, table);
     shared.lock().give_back_memory = give_back;
+    shared.lock().quiet_looks_needed = config.give_back_after.as_secs_f64().ceil().max(1.0) as u32;
     if config.fast_writes && shared.lock().enable_fast_writes() {
         tracing::debug!("writes without a round trip are on");
         // Records clients wrote are taken in whenever anyone takes the

@@ -20,10 +20,11 @@ use std::sync::Arc;
 /// again).
 const GIVE_BACK_AFTER: u64 = 16 << 20;
 /// Looks in a row (seconds) with less than [`GIVE_BACK_AFTER`] allocated
-/// and less freed before pages are given back: memory must stay free that
-/// long, so that a loop of large puts and deletes with pauses of a few
-/// seconds keeps its pages, as a decaying malloc's would.
-pub const QUIET_LOOKS: u32 = 4;
+/// and less freed before pages are given back, by default
+/// (`--give-back-after 30s`): memory must stay free that long, so that a
+/// loop of large puts and deletes with pauses keeps its pages, as a
+/// decaying malloc's would.
+pub const QUIET_LOOKS: u32 = 30;
 /// Free ranges smaller than this keep their pages (they are reused soon,
 /// and the kernel gives back whole 2 MiB blocks only).
 const SMALLEST_RANGE: u64 = 4 << 20;
@@ -69,7 +70,8 @@ impl Shared {
     /// each round's pages given back and faulted in again by the next (a
     /// 100 MB create then took 6–10× as long as Plasma's, which keeps them).
     /// Only once the store has allocated and freed less than 16 MiB a
-    /// second for [`QUIET_LOOKS`] looks in a row do the pages go.
+    /// second for `--give-back-after` ([`QUIET_LOOKS`] looks by default)
+    /// do the pages go.
     pub fn tidy_memory(&mut self) -> Option<GiveBack> {
         if self.table.is_some() {
             self.store.resize_readers(false);
@@ -83,7 +85,7 @@ impl Shared {
             false => self.quiet_looks.saturating_add(1),
         };
         if !self.give_back_memory
-            || self.quiet_looks < QUIET_LOOKS
+            || self.quiet_looks < self.quiet_looks_needed
             || freed < self.freed_given_back + GIVE_BACK_AFTER
         {
             return None;

@@ -66,6 +66,9 @@ pub struct Shared {
     last_look: (u64, u64),
     /// Looks in a row that found less than 16 MiB allocated or freed.
     quiet_looks: u32,
+    /// How many such looks before pages are given back
+    /// (`--give-back-after`, a look a second).
+    pub quiet_looks_needed: u32,
     /// Writes without a round trip, when on (`crate::fast_writes`).
     pub fast: Option<crate::fast_writes::rings::FastWrites>,
     /// Ids handed to connections and not created yet (`handed`).
@@ -111,6 +114,7 @@ impl SharedRef {
             freed_given_back: 0,
             last_look: (0, 0),
             quiet_looks: 0,
+            quiet_looks_needed: memory::QUIET_LOOKS,
             fast: None,
             handed: Default::default(),
         }));
