@@ -29,11 +29,13 @@ impl Client {
         metadata: &[u8],
     ) -> Result<Option<MutableBuffer>> {
         self.inner.check_pid()?;
-        let need = allocation_size(data_size, metadata.len() as u64);
-        if need > fast_writes::MAX_FAST_OBJECT {
+        // First: a handed id created any way is no longer this client's to
+        // create through its ring.
+        if !self.fast_id(&id) {
             return Ok(None);
         }
-        if !self.fast_id(&id) {
+        let need = allocation_size(data_size, metadata.len() as u64);
+        if need > fast_writes::MAX_FAST_OBJECT {
             return Ok(None);
         }
         let Some(w) = self.inner.fast_writer() else {
@@ -64,11 +66,11 @@ impl Client {
         metadata: &[u8],
     ) -> Result<bool> {
         self.inner.check_pid()?;
-        let (size, meta_len) = (data.len() as u64, metadata.len() as u64);
-        if allocation_size(size, meta_len) > fast_writes::MAX_FAST_OBJECT {
+        if !self.fast_id(&id) {
             return Ok(false);
         }
-        if !self.fast_id(&id) {
+        let (size, meta_len) = (data.len() as u64, metadata.len() as u64);
+        if allocation_size(size, meta_len) > fast_writes::MAX_FAST_OBJECT {
             return Ok(false);
         }
         let Some(w) = self.inner.fast_writer() else {

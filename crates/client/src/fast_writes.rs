@@ -321,7 +321,12 @@ struct Granted {
 }
 
 fn lease(session: &impl Link, size: u64, ended: Vec<u64>) -> Result<Granted> {
-    let body = session.call(request::Body::Lease(pb::Lease { size, ended }))?;
+    let body = session.call(request::Body::Lease(pb::Lease {
+        size,
+        ended,
+        // Allocations move the ring's lease_top (`FastWriter::create`).
+        bumps_top: true,
+    }))?;
     match body {
         reply::Body::Lease(l) => Ok(Granted {
             offset: l.offset,

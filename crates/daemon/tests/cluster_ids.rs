@@ -124,9 +124,9 @@ fn claimed_ahead(m: &[Member]) -> u64 {
 }
 
 /// A member's ring takes in a create only of an id the member handed that
-/// client: a hand-made ring record of any other id breaks the ring (the
-/// id is not created, and the connection carries on), while one of a
-/// handed id is taken in.
+/// client: a hand-made ring record of any other id is turned down as taken
+/// (`Settle` says so, the id is not created, the ring is still read),
+/// while one of a handed id is taken in.
 #[test]
 fn a_member_ring_takes_in_only_handed_ids() {
     use common::attacker::raw_connection;
@@ -151,6 +151,7 @@ fn a_member_ring_takes_in_only_handed_ids() {
             request::Body::Lease(pb::Lease {
                 size: 1 << 20,
                 ended: vec![],
+                bumps_top: false,
             }),
         )
     };
@@ -194,22 +195,61 @@ fn a_member_ring_takes_in_only_handed_ids() {
         c.contains(&[handed]).unwrap()[0],
         "the handed id was taken in"
     );
-    // CREATE of an id nobody handed out.
+    // CREATE of an id nobody handed out: turned down as taken (the client
+    // hears it at Settle), and the ring is still read.
     let forged = ObjectId::random();
     record(2, &forged, 1, l.offset + 4096);
-    let after = lease(&mut s);
-    let reply::Body::Error(e) = after else {
-        panic!("a ring create of an id not handed out was taken in: {after:?}")
-    };
-    assert_eq!(
-        e.code,
-        pb::ErrorCode::ProtocolViolation as i32,
-        "{}",
-        e.message
+    let settled = ask(
+        &mut s,
+        request::Body::Settle(pb::Settle {
+            object_id: forged.0.to_vec(),
+        }),
     );
+    let reply::Body::Error(e) = settled else {
+        panic!("a ring create of an id not handed out was taken in: {settled:?}")
+    };
+    assert_eq!(e.code, pb::ErrorCode::ObjectExists as i32, "{}", e.message);
     assert!(!c.contains(&[forged]).unwrap()[0]);
-    assert!(matches!(
-        ask(&mut s, request::Body::Stats(pb::Stats {})),
-        reply::Body::Stats(_)
-    ));
+    let second = match ask(&mut s, request::Body::NewIds(pb::NewIds { count: 1 })) {
+        reply::Body::NewIds(r) => ObjectId::from_slice(&r.object_ids[..20]).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    record(3, &second, 1, l.offset + 8192);
+    record(4, &second, 2, l.offset + 8192);
+    assert!(matches!(lease(&mut s), reply::Body::Lease(_)));
+    assert!(c.contains(&[second]).unwrap()[0], "the ring is still read");
+}
+
+/// A connection holds at most 4096 handed ids it has not used, even when
+/// it asks for them in many requests sent back to back (each passed the
+/// count before any was answered).
+#[test]
+fn a_connection_holds_at_most_4096_unused_ids() {
+    use common::attacker::raw_connection;
+    use ferroplasma_protocol::frame::{read_message, write_message};
+    use ferroplasma_protocol::pb::{self, reply, request};
+    let m = cluster(2);
+    // Until the members have settled, NewIds answers "retry shortly".
+    let warm = m[0].client();
+    new_ids(&warm, 1);
+    let (mut s, _, _) = raw_connection(m[0].store.path());
+    for i in 0..24 {
+        let req = pb::Request {
+            request_id: 100 + i,
+            body: Some(request::Body::NewIds(pb::NewIds { count: 256 })),
+        };
+        write_message(&mut s, &req).unwrap();
+    }
+    let mut held = 0;
+    for _ in 0..24 {
+        let r: pb::Reply = read_message(&mut s, 1 << 20).unwrap();
+        match r.body.expect("a reply") {
+            reply::Body::NewIds(ids) => held += ids.object_ids.len() / 20,
+            reply::Body::Error(e) => {
+                assert_eq!(e.code, pb::ErrorCode::TooLarge as i32, "{}", e.message)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(held, 4096, "handed out {held}");
 }

@@ -325,6 +325,7 @@ fn a_client_that_abuses_leases_or_its_ring_harms_only_itself() {
             request::Body::Lease(pb::Lease {
                 size,
                 ended: vec![],
+                bumps_top: false,
             }),
         )
     };

@@ -23,6 +23,7 @@ pub struct Lease {
     pub(crate) next: u64,
     /// Ranges before `next` that no object took: freed with the lease.
     pub(crate) holes: Vec<(u64, u64)>,
-    /// The client may still allocate in it (its newest lease, not closed).
+    /// The client may still allocate in it (its newest lease, not closed)
+    /// and publishes how far it did: the store may close it.
     pub(crate) open: bool,
 }

@@ -24,7 +24,7 @@ fn objects_made_in_a_lease_live_as_created_ones_and_the_rest_comes_back_with_it(
     let mut s = Store::new(1 << 20);
     let free = s.free_bytes();
     let a = s.connect();
-    let (start, _) = s.lease(a, 4096).unwrap();
+    let (start, _) = s.lease(a, 4096, false).unwrap();
     assert_eq!(s.free_bytes(), free - 4096);
     assert_eq!(s.stats().used, 0, "room leased is not used by objects");
     s.take_in(a, id(1), at(start, 100), 1).unwrap();
@@ -57,7 +57,7 @@ fn an_object_outside_free_room_of_the_clients_leases_is_refused() {
     let mut s = Store::new(1 << 20);
     let a = s.connect();
     let b = s.connect();
-    let (start, _) = s.lease(a, 1024).unwrap();
+    let (start, _) = s.lease(a, 1024, false).unwrap();
     let outside = |r: Result<(), StoreError>| matches!(r, Err(StoreError::OutsideLease { .. }));
     assert!(
         outside(s.take_in(b, id(1), at(start, 64), 0)),
@@ -88,7 +88,7 @@ fn a_taken_id_is_refused_and_its_room_stays_leased_until_the_lease_ends() {
     let free = s.free_bytes();
     let a = s.connect();
     s.create(a, id(1), 10, 0, 0).unwrap();
-    let (start, _) = s.lease(a, 1024).unwrap();
+    let (start, _) = s.lease(a, 1024, false).unwrap();
     assert_eq!(
         s.take_in(a, id(1), at(start, 64), 0),
         Err(StoreError::ObjectExists(id(1)))
@@ -110,8 +110,8 @@ fn a_client_that_disconnects_leaves_nothing_of_its_leases() {
     let mut s = Store::new(1 << 20);
     let free = s.free_bytes();
     let a = s.connect();
-    let (start, _) = s.lease(a, 4096).unwrap();
-    s.lease(a, 4096).unwrap();
+    let (start, _) = s.lease(a, 4096, false).unwrap();
+    s.lease(a, 4096, false).unwrap();
     s.take_in(a, id(1), at(start, 64), 0).unwrap();
     s.take_in(a, id(2), at(start + 64, 64), 0).unwrap();
     s.seal(a, id(2), 1).unwrap();
@@ -128,10 +128,10 @@ fn a_lease_evicts_as_a_create_would() {
     s.create(a, id(1), 6000, 0, 0).unwrap();
     s.seal(a, id(1), 1).unwrap();
     s.release(a, id(1)).unwrap();
-    s.lease(a, 4096).unwrap();
+    s.lease(a, 4096, false).unwrap();
     assert!(!s.exists(&id(1)), "evicted for the lease");
     assert!(matches!(
-        s.lease(a, 8192),
+        s.lease(a, 8192, false),
         Err(StoreError::StoreFull { .. })
     ));
 }
@@ -160,7 +160,7 @@ fn an_allocation_with_no_room_takes_back_the_unused_rest_of_open_leases() {
     let tops = std::sync::Arc::new(Tops::default());
     s.set_lease_tops(tops.clone());
     let a = s.connect();
-    let (start, _) = s.lease(a, 64 << 10).unwrap();
+    let (start, _) = s.lease(a, 64 << 10, true).unwrap();
     s.take_in(a, id(1), at(start, 1000), 1).unwrap();
     s.seal(a, id(1), 2).unwrap();
     // The client allocated 1024 + 512 bytes (a second object, not yet told).
@@ -185,7 +185,7 @@ fn an_allocation_with_no_room_takes_back_the_unused_rest_of_open_leases() {
     s.abort(b, id(9)).unwrap();
     // A lie: a top behind what the store took in takes nothing back.
     let c = s.connect();
-    let (start, _) = s.lease(c, 64 << 10).unwrap();
+    let (start, _) = s.lease(c, 64 << 10, true).unwrap();
     s.take_in(c, id(4), at(start, 4096), 5).unwrap();
     tops.0.lock().unwrap().insert(c, start + 64);
     let free = s.free_bytes();

@@ -32,6 +32,17 @@ impl Cluster {
     /// the pool is topped up in the background.
     pub async fn fresh_ids(self: &Arc<Self>, n: usize) -> Result<Vec<ObjectId>, wire::Error> {
         let n = n.clamp(1, BATCH);
+        // A member cut off from the majority hands out nothing, as it
+        // claims nothing.
+        if !lock(&self.membership).has_quorum(std::time::Instant::now()) {
+            return Err(crate::wire::wire_error(
+                wire::ErrorCode::ClusterUnavailable,
+                "this member sees no majority of the cluster alive (it may be cut off): new \
+                 ids cannot be handed out until it does; retry shortly"
+                    .into(),
+                None,
+            ));
+        }
         let (mut out, refill) = {
             let mut pool = lock(&self.fresh);
             let take = n.min(pool.len());
@@ -138,9 +149,11 @@ impl Cluster {
                 granted.push(ids[i]);
                 continue;
             }
-            // Refused or unanswered somewhere: the grants given go back.
+            // Refused or unanswered somewhere: the grants given go back,
+            // wherever one may have been given (an unanswered member may
+            // have granted it; `Aborted` changes nothing where it did not).
             for (m, g) in t.iter().zip(&got) {
-                if *g == Some(true) {
+                if *g != Some(false) {
                     undo.entry(m.as_str()).or_default().push(pb::Op {
                         kind: pb::OpKind::Aborted as i32,
                         object_id: ids[i].0.to_vec(),

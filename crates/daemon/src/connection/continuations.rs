@@ -121,13 +121,16 @@ impl Connection {
         let shared = self.shared.clone();
         self.spawn_reply(rid, async move {
             let ids = cl.fresh_ids(count as usize).await?;
-            let mut sh = shared.lock();
-            if !sh.hand(client, &ids) {
-                // The client left meanwhile.
-                sh.give_back_ids(ids);
+            // Checked again: requests sent back to back all passed the
+            // check above before any was answered.
+            let ids = shared.lock().hand(client, ids);
+            if ids.is_empty() {
                 return Err(ferroplasma_cluster::wire_error(
-                    pb::ErrorCode::InvalidRequest,
-                    "the connection ended".into(),
+                    pb::ErrorCode::TooLarge,
+                    format!(
+                        "this connection holds {MAX_HELD} ids from NewIds it has not created \
+                         objects with: create with those before asking for more"
+                    ),
                     None,
                 ));
             }

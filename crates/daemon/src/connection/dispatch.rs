@@ -66,7 +66,13 @@ impl Connection {
                         self.start_claim(rid, id, B::Create(c));
                         Ok(None)
                     }
-                    claim => self.create(rid, id, c, claim == ClaimOf::Handed),
+                    claim => {
+                        let r = self.create(rid, id, c, claim == ClaimOf::Handed);
+                        if r.is_err() && claim == ClaimOf::Handed {
+                            self.unclaim(id);
+                        }
+                        r
+                    }
                 }
             }
             B::CreateAndSeal(c) => {
@@ -78,7 +84,13 @@ impl Connection {
                         self.start_claim(rid, id, B::CreateAndSeal(c));
                         Ok(None)
                     }
-                    claim => self.create_and_seal(rid, id, c, claim == ClaimOf::Handed),
+                    claim => {
+                        let r = self.create_and_seal(rid, id, c, claim == ClaimOf::Handed);
+                        if r.is_err() && claim == ClaimOf::Handed {
+                            self.unclaim(id);
+                        }
+                        r
+                    }
                 }
             }
             B::Seal(s) => {
@@ -98,7 +110,7 @@ impl Connection {
             B::Lease(l) => {
                 use crate::fast_writes::GrantError;
                 let mut sh = self.shared.lock();
-                match sh.grant(client, l.size, &l.ended) {
+                match sh.grant(client, l.size, &l.ended, l.bumps_top) {
                     Ok(g) => Ok(Some(reply::Body::Lease(pb::LeaseReply {
                         offset: g.lease.map_or(0, |l| l.0),
                         size: g.lease.map_or(0, |l| l.1),

@@ -236,14 +236,17 @@ impl Shared {
         match e.kind {
             fw::CREATE => {
                 // A cluster member's ids are claimed cluster-wide: through a
-                // ring, only those it handed this client (`crate::shared::handed`).
+                // ring, only those it handed this client (`crate::shared::handed`)
+                // and that it did not create otherwise meanwhile (two threads
+                // of one client creating one id). Any other is turned down as
+                // taken: the client hears it at `Settle`.
                 if self.cluster_client.is_some() && !self.take_handed(client, &e.id) {
-                    let f = self.fast.as_ref().expect("on");
+                    let f = self.fast.as_mut().expect("on");
                     fw::clear_claim(&f.buckets()[fw::bucket_of(&e.id)], tag);
-                    return Err(format!(
-                        "a create of {}, an id this cluster member did not hand it (NewIds)",
-                        e.id
-                    ));
+                    if let Some(r) = f.rings.get_mut(&client) {
+                        r.refused.insert(e.id);
+                    }
+                    return Ok(());
                 }
                 let loc = Location {
                     arena: 0,
@@ -351,12 +354,15 @@ impl Shared {
     }
 
     /// A `Lease`: this client's ring (made the first time), its leases in
-    /// `ended` ended, and a new lease of `size` bytes (none for 0).
+    /// `ended` ended, and a new lease of `size` bytes (none for 0), which
+    /// the store may close to take its rest back when the client said it
+    /// publishes its top (`bumps_top`).
     pub fn grant(
         &mut self,
         client: ClientId,
         size: u64,
         ended: &[u64],
+        bumps_top: bool,
     ) -> Result<Granted, GrantError> {
         let Some(f) = &self.fast else {
             return Err(GrantError::Off);
@@ -392,7 +398,10 @@ impl Shared {
             _ if self.store.leases_of(client) >= MAX_LEASES => return Err(GrantError::TooMany),
             n => {
                 let n = n.min(fw::LEASE_BYTES);
-                let (offset, fx) = self.store.lease(client, n).map_err(GrantError::Store)?;
+                let (offset, fx) = self
+                    .store
+                    .lease(client, n, bumps_top)
+                    .map_err(GrantError::Store)?;
                 self.deliver(fx);
                 // Written before the client hears of the lease.
                 self.fast.as_ref().expect("on").tops.open(client, offset);

@@ -28,14 +28,20 @@ impl Shared {
         self.handed.0.get(&client).map_or(0, HashSet::len)
     }
 
-    /// Records `ids` as handed to `client`. False when the connection has
-    /// ended meanwhile (the caller gives them back).
-    pub fn hand(&mut self, client: ClientId, ids: &[ObjectId]) -> bool {
-        if !self.is_connected(client) {
-            return false;
+    /// Records as handed to `client` as many of `ids` as it may hold
+    /// ([`MAX_HELD`] in all) and returns them; the rest, or all of them when
+    /// the connection has ended meanwhile, have their claims given back.
+    pub fn hand(&mut self, client: ClientId, mut ids: Vec<ObjectId>) -> Vec<ObjectId> {
+        let room = match self.is_connected(client) {
+            true => MAX_HELD.saturating_sub(self.held(client)),
+            false => 0,
+        };
+        let extra = ids.split_off(room.min(ids.len()));
+        self.give_back_ids(extra);
+        if !ids.is_empty() {
+            self.handed.0.entry(client).or_default().extend(&ids);
         }
-        self.handed.0.entry(client).or_default().extend(ids);
-        true
+        ids
     }
 
     /// Whether `client` was handed `id` and had not created it; from now

@@ -14,6 +14,7 @@ use crate::dense::MAX_ENTRIES;
 use crate::error::StoreError;
 use crate::events::Effects;
 use crate::object::ClientId;
+use ferroplasma_protocol::fast_writes::LEASE_BYTES;
 use ferroplasma_protocol::ObjectId;
 
 impl Store {
@@ -111,11 +112,18 @@ impl Store {
     }
 
     pub(super) fn make_room(&mut self, need: u64, fx: &mut Effects) -> Result<u64, StoreError> {
-        if self.alloc.largest_free() < need {
-            // Leased room nobody allocated goes first, before any object.
+        if self.alloc.largest_free() < need && need > LEASE_BYTES {
+            // Room for a large object: leased room nobody allocated goes
+            // first, before any object. (For one of a lease's size or less,
+            // eviction comes first: closing every client's lease for each
+            // small create or lease of a full store would send every
+            // client back for a new lease each time.)
             self.close_leases();
         }
-        if need > self.alloc.capacity() || self.alloc.free() + self.evictable_bytes() < need {
+        let short = |s: &Self| s.alloc.free() + s.evictable_bytes() < need;
+        if need > self.alloc.capacity()
+            || (short(self) && (self.close_leases() == 0 || short(self)))
+        {
             return Err(self.full(need));
         }
         if self.objects.len() >= MAX_ENTRIES {
@@ -141,6 +149,9 @@ impl Store {
                         self.evict_one(id, fx);
                     }
                 }
+                // Nothing left to evict: leased room nobody allocated, as
+                // the last resort.
+                None if self.close_leases() > 0 => {}
                 None => return Err(self.full(need)),
             }
         }

@@ -17,8 +17,15 @@ use ferroplasma_protocol::ObjectId;
 
 impl Store {
     /// Leases `size` bytes (64-byte aligned) to `client`, evicting as a
-    /// create would; the lease's offset.
-    pub fn lease(&mut self, client: ClientId, size: u64) -> Result<(u64, Effects), StoreError> {
+    /// create would; the lease's offset. With `closable`, the client
+    /// publishes how far it allocated ([`crate::LeaseTops`]), and the store
+    /// may close the lease to take its rest back.
+    pub fn lease(
+        &mut self,
+        client: ClientId,
+        size: u64,
+        closable: bool,
+    ) -> Result<(u64, Effects), StoreError> {
         let size = Allocator::rounded(size);
         let (offset, fx) = self.reserve(size)?;
         let leases = &mut self.clients.entry(client).or_default().leases;
@@ -31,7 +38,7 @@ impl Store {
             end: offset + size,
             next: offset,
             holes: Vec::new(),
-            open: true,
+            open: closable,
         });
         Ok((offset, fx))
     }
