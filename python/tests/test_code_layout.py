@@ -93,7 +93,9 @@ def _module_dirs() -> list[str]:
         dirs += [
             str(d.relative_to(ROOT)) + "/"
             for d in sorted((ROOT / pkg).iterdir())
-            if d.is_dir() and not d.name.startswith((".", "__")) and d.name != "results"
+            if d.is_dir()
+            and not d.name.startswith((".", "__"))
+            and d.name not in ("results", "data")
         ]
     return dirs
 

@@ -3,6 +3,7 @@ process (and DuckDB run locally for the expected answers)."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import socket
@@ -244,6 +245,28 @@ def test_a_client_that_dies_mid_scan_frees_its_scan(server, scan):
     assert scan.to_table("SELECT count(*) AS n FROM dataset", "big.parquet")["n"][0].as_py() == (
         300_000
     )
+
+
+def test_reading_a_scan_runs_no_python_per_batch(scan):
+    """The batches reach pyarrow through the Arrow C stream of a native
+    receiver: reading 300 of them calls no Python function at all (the
+    receiver of old yielded each batch from a Python generator and built it
+    with arrow_layout.rebuild, several calls per buffer)."""
+    reader = scan.query("SELECT * FROM dataset", "big.parquet", batch_rows=1000)
+    calls = collections.Counter()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            calls[frame.f_code.co_name] += 1
+
+    sys.setprofile(profile)
+    try:
+        table = reader.read_all()
+    finally:
+        sys.setprofile(None)
+    assert table.num_rows == 300_000 and len(table.to_batches()) >= 300
+    assert table.column("k").to_pylist()[::50_000] == list(range(0, 300_000, 50_000))
+    assert sum(calls.values()) <= 2, calls  # read_all itself, and nothing per batch
 
 
 def test_closing_a_scan_early_frees_it_on_the_server(scan):

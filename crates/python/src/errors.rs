@@ -1,7 +1,8 @@
-//! The one place where client errors become Python exceptions (classes
-//! defined in `ferroplasma/errors.py`).
+//! The one place where client and scan errors become Python exceptions
+//! (classes defined in `ferroplasma/errors.py`).
 
 use ferroplasma_client::ClientError;
+use ferroplasma_scan::Error as ScanWireError;
 use pyo3::prelude::*;
 
 pyo3::import_exception!(ferroplasma.errors, ObjectExists);
@@ -21,6 +22,11 @@ pyo3::import_exception!(ferroplasma.errors, PermissionDenied);
 pyo3::import_exception!(ferroplasma.errors, TooManyWaiting);
 pyo3::import_exception!(ferroplasma.errors, StoreBusy);
 pyo3::import_exception!(ferroplasma.errors, SerializationError);
+pyo3::import_exception!(ferroplasma.errors, ScanError);
+pyo3::import_exception!(ferroplasma.errors, QueryError);
+pyo3::import_exception!(ferroplasma.errors, DatasetNotFound);
+pyo3::import_exception!(ferroplasma.errors, AccessDenied);
+pyo3::import_exception!(ferroplasma.errors, ScanServerUnavailable);
 
 /// An object that cannot be laid out or read back (`SerializationError`).
 pub fn serialization_error(msg: impl Into<String>) -> PyErr {
@@ -50,6 +56,39 @@ pub fn to_py(e: ClientError) -> PyErr {
         // A signal handler raised (Ctrl-C: KeyboardInterrupt): that error.
         ClientError::Interrupted => Python::attach(PyErr::take)
             .unwrap_or_else(|| pyo3::exceptions::PyKeyboardInterrupt::new_err(msg)),
+    }
+}
+
+/// Which side of a scan saw a scan error: a broken connection is the
+/// server's loss of a client (`ConnectionError`, which ends only that
+/// connection) or the client's loss of its server (`ScanServerUnavailable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanSide {
+    Server,
+    Client,
+}
+
+/// Maps a scan data-path error onto the Python exception tree; an ERROR
+/// frame's code picks the class as `ferroplasma.scan.client` does.
+pub fn scan_to_py(e: ScanWireError, side: ScanSide) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        ScanWireError::Io(io) if side == ScanSide::Server => io.into(),
+        ScanWireError::Io(_) => {
+            ScanServerUnavailable::new_err(format!("the scan server hung up: {msg}"))
+        }
+        ScanWireError::Protocol(_) => ProtocolError::new_err(msg),
+        ScanWireError::Query(_) => QueryError::new_err(msg),
+        ScanWireError::Layout(_) => SerializationError::new_err(msg),
+        ScanWireError::Closed => ScanError::new_err(msg),
+        ScanWireError::Remote { code, .. } => match code.as_str() {
+            "auth" | "access" => AccessDenied::new_err(msg),
+            "dataset" => DatasetNotFound::new_err(msg),
+            "query" => QueryError::new_err(msg),
+            "protocol" => ProtocolError::new_err(msg),
+            "busy" => ScanServerUnavailable::new_err(msg),
+            _ => ScanError::new_err(msg),
+        },
     }
 }
 

@@ -13,7 +13,10 @@
 //! - [`listing`] — `NativeListing`, a listing's pages as dicts keyed by `ObjectID`.
 //! - [`detach`] — runs blocking calls with the GIL released, parking (not
 //!   aborting) a thread that comes back while the interpreter exits.
-//! - [`errors`] — the one mapping from `ClientError` to `ferroplasma.errors`.
+//! - [`scan`] — `NativeScanSource` and `NativeScanReceiver`, the data path of
+//!   `ferroplasma.scan` (batches as gathered buffers, no Python per batch).
+//! - [`errors`] — the one mapping from `ClientError` (and scan errors) to
+//!   `ferroplasma.errors`.
 
 pub mod buffers;
 pub mod client;
@@ -21,6 +24,7 @@ pub mod codec;
 pub mod detach;
 pub mod errors;
 pub mod listing;
+pub mod scan;
 pub mod subscription;
 
 use detach::detach;
@@ -71,6 +75,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::WritableBuffer>()?;
     m.add_class::<subscription::NativeSubscription>()?;
     m.add_class::<listing::NativeListing>()?;
+    m.add_class::<scan::NativeScanSource>()?;
+    m.add_class::<scan::NativeScanReceiver>()?;
     m.add_function(wrap_pyfunction!(codec::copy_into, m)?)?;
     m.add_function(wrap_pyfunction!(codec::str_list_size, m)?)?;
     m.add_function(wrap_pyfunction!(codec::str_list_write, m)?)?;

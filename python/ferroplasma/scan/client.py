@@ -5,6 +5,7 @@ then builds the record batches around them without copying."""
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from ..errors import (
     ScanServerUnavailable,
 )
 from . import wire
-from .transport import Transport, tcp_connect
+from .transport import TcpTransport, Transport, tcp_connect
 
 __all__ = ["Scan", "ScanClient", "connect"]
 
@@ -41,6 +42,15 @@ _ERRORS: dict[str, type[Exception]] = {
 _IN_FLIGHT = 2
 _PER_ITERATE = 64
 _ITERATE_BYTES = 8 << 20
+# Batches the native receiver lands ahead of the consumer.
+_QUEUE = 2
+# "QueryError: ..." in a pyarrow error: a scan error that crossed the Arrow
+# C stream (which carries only a message).
+_CLASS_IN_MESSAGE = re.compile(
+    r"\b(QueryError|DatasetNotFound|AccessDenied|ScanServerUnavailable|ProtocolError|"
+    r"SerializationError|ScanError): (.*)",
+    re.S,
+)
 
 
 def _raise(fields: dict[str, Any]) -> None:
@@ -210,12 +220,20 @@ class ScanClient:
             if probe is not None:
                 with contextlib.suppress(Exception):
                     into_store.delete(probe)
-        return Scan(self, t, fields["scan"], schema, into_store, bool(fields.get("via_store")))
+        native = into_store is None and wire_format == "buffers" and isinstance(t, TcpTransport)
+        via_store = bool(fields.get("via_store"))
+        return Scan(self, t, fields["scan"], schema, into_store, via_store, native)
 
     def to_table(self, sql: str, dataset: str, **kwargs: Any) -> Any:
         """The whole result as a ``pyarrow.Table`` (its buffers are the
-        received ones)."""
-        return self.query(sql, dataset, **kwargs).read_all()
+        received ones). Errors are typed, as for iterating a :class:`Scan`."""
+        import pyarrow as pa
+
+        reader = self.query(sql, dataset, **kwargs)
+        try:
+            return reader.read_all()
+        except pa.ArrowException as e:
+            raise typed_error(e) from None
 
     def status(self) -> dict[str, int]:
         """The server's open scans and connections, batches and bytes sent."""
@@ -231,13 +249,33 @@ class ScanClient:
         return f"ScanClient({self.address!r})"
 
 
+def typed_error(e: Exception) -> Exception:
+    """The ``ferroplasma.errors`` exception a pyarrow error names (a scan
+    error that crossed the Arrow C stream), else ``e`` itself."""
+    from .. import errors
+
+    m = _CLASS_IN_MESSAGE.search(str(e))
+    if m is None:
+        return e
+    return getattr(errors, m.group(1))(m.group(2))
+
+
 class Scan:
     """One open scan: iterate it for its batches (``pyarrow.RecordBatch``
     around the received buffers), or their ObjectIDs when it lands in a
-    store. Batches are asked for as they are consumed, two in flight."""
+    store. Batches are asked for ahead of the consumer (two requests in
+    flight); over TCP without a store, a native thread receives them while
+    the previous ones are consumed."""
 
     def __init__(
-        self, owner: ScanClient, t: Transport, scan: int, schema: Any, store: Any, via_store: bool
+        self,
+        owner: ScanClient,
+        t: Transport,
+        scan: int,
+        schema: Any,
+        store: Any,
+        via_store: bool,
+        native: bool = False,
     ):
         self.owner = owner
         self.t = t
@@ -246,18 +284,48 @@ class Scan:
         self.via_store = via_store  #: True: the server placed the batches in the store
         self.schema_bytes = schema.serialize().to_pybytes()
         self.store = store
+        self._can_go_native = native
+        self._native: Any = None  # the receiver, once batches are asked for
         self._iter: Iterator[Any] | None = None
         self._done = False
 
     def __iter__(self) -> Iterator[Any]:
         if self._iter is None:
-            self._iter = self._run()
+            self._iter = self._run_native() if self._start_native() else self._run()
         return self._iter
 
+    def _start_native(self) -> bool:
+        """Hands the connection to a native receiver, which starts asking
+        for batches (TCP without a store only): True if it did."""
+        if not self._can_go_native or self._done:
+            return False
+        from .._native import NativeScanReceiver
+
+        self._can_go_native = False
+        # From here the receiver owns the connection (it is not pooled).
+        self._native = NativeScanReceiver(
+            self.t.detach(),
+            self.scan,
+            self.schema,
+            _IN_FLIGHT,
+            _PER_ITERATE,
+            _ITERATE_BYTES,
+            _QUEUE,
+        )
+        return True
+
     def reader(self) -> Any:
-        """The batches as a ``pyarrow.RecordBatchReader``."""
+        """The batches as a ``pyarrow.RecordBatchReader``. Over TCP without
+        a store it reads the native receiver through the Arrow C stream, with
+        no Python per batch; an error in mid-scan then surfaces as pyarrow's
+        ``ArrowInvalid`` or ``OSError``, its message starting with the
+        ``ferroplasma.errors`` class name (:func:`typed_error` maps it back;
+        :meth:`ScanClient.to_table` and iterating the scan raise it typed)."""
         import pyarrow as pa
 
+        if self._iter is None and self._start_native():
+            self._done = True
+            return pa.RecordBatchReader.from_stream(self._native)
         return pa.RecordBatchReader.from_batches(self.schema, iter(self))
 
     def close(self) -> None:
@@ -265,6 +333,10 @@ class Scan:
         stay valid."""
         if self._iter is not None:
             self._iter.close()  # type: ignore[attr-defined]  (runs _run's finally)
+        if self._native is not None:
+            self._done = True
+            self._native.close()  # drops the connection unless the scan ended
+            return
         if not self._done:  # never started
             self._done = True
             try:
@@ -326,6 +398,16 @@ class Scan:
                 # The connection's state is unknown: close it; the server
                 # frees the scan (and what it placed but never sent).
                 t.close()
+
+    def _run_native(self) -> Iterator[Any]:
+        import pyarrow as pa
+
+        try:
+            while (got := self._native.next_batch()) is not None:
+                yield pa.RecordBatch._import_from_c_capsule(*got)
+        finally:
+            self._done = True
+            self._native.close()
 
     def _ask(self) -> None:
         wire.send(

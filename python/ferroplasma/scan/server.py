@@ -108,10 +108,15 @@ class _Stored:
 
 
 class _Scan:
-    """One query's result, batch by batch: RecordBatches, or (for a client
-    sharing this host's store) batches already placed in the store.
-    ``materialize`` runs the query to the end first (placing every batch in
-    the store, when it goes there)."""
+    """One query's result, batch by batch.
+
+    Buffers to a remote client (the default) go through the native source:
+    a thread reads DuckDB's result one batch ahead while the previous batch
+    is sent, and each ITERATE's batches are sent from Rust, gathered
+    straight from DuckDB's memory into the socket. The serializing baseline
+    (``wire="ipc"``) and batches placed in the local store (``store``) are
+    produced here, one at a time. ``materialize`` runs the query to the end
+    first (placing every batch in the store, when it goes there)."""
 
     def __init__(
         self, con: Any, rel: Any, batch_rows: int, materialize: bool, wire: str, store: Any
@@ -119,10 +124,16 @@ class _Scan:
         self.con = con
         self.wire = wire
         self.store = store
+        self.native: Any = None
         self._reader = rel.to_arrow_reader(batch_rows)
         self.schema = self._reader.schema
         self._ready: collections.deque = collections.deque()
-        if materialize:
+        if store is None and wire == "buffers":
+            from .._native import NativeScanSource
+
+            self.native = NativeScanSource(self._reader, bool(materialize))
+            self._reader = None
+        elif materialize:
             while (item := self._produce()) is not None:
                 self._ready.append(item)
             self._reader = None
@@ -148,6 +159,8 @@ class _Scan:
         return self._ready.popleft() if self._ready else self._produce()
 
     def close(self) -> None:
+        if self.native is not None:
+            self.native.close()  # joins the producer before DuckDB goes
         unsent = [item.id for item in self._ready if isinstance(item, _Stored)]
         self._ready.clear()
         if unsent:
@@ -448,13 +461,30 @@ class ScanServer:
         except (FerroplasmaError, ValueError, OSError):
             return False
 
-    def _iterate(self, t: Transport, scan_id: int, scan: _Scan, n: Any, budget: Any) -> None:
+    def _iterate(self, t: Any, scan_id: int, scan: _Scan, n: Any, budget: Any) -> None:
         """Sends up to ``n`` batches, stopping early once ``budget`` bytes
         (if given) went out, then DONE."""
         if not isinstance(n, int) or n < 1:
             raise ProtocolError("ITERATE asks for at least one batch")
         if budget is not None and (not isinstance(budget, int) or budget < 1):
             raise ProtocolError("ITERATE's byte budget must be a positive integer")
+        if scan.native is not None:
+            sent, sent_bytes, more = scan.native.send(t.fileno(), scan_id, n, budget)
+        else:
+            sent, sent_bytes, more = self._iterate_here(t, scan_id, scan, n, budget)
+        wire.send(t, wire.DONE, {"scan": scan_id, "more": more})
+        with self._lock:
+            self._batches_sent += sent
+            self._bytes_sent += sent_bytes
+            if scan.via_store:
+                self._store_batches += sent
+
+    @staticmethod
+    def _iterate_here(
+        t: Transport, scan_id: int, scan: _Scan, n: int, budget: int | None
+    ) -> tuple[int, int, bool]:
+        """Sends up to ``n`` batches of a scan produced in Python (the IPC
+        baseline, or ids of batches in the store): (batches, bytes, more)."""
         sent_bytes = 0
         sent = 0
         more = True
@@ -473,24 +503,13 @@ class ScanServer:
             if isinstance(batch, _Stored):
                 nbytes = batch.nbytes
                 wire.send(t, wire.IDS, {"scan": scan_id, "id": batch.id.hex(), "rows": batch.rows})
-            elif scan.wire == "ipc":
+            else:
                 msg = batch.serialize()  # the baseline: one contiguous copy
                 nbytes = msg.size
                 wire.send(t, wire.BATCH_IPC, {"scan": scan_id}, [msg])
-            else:
-                desc, bufs = arrow_layout.flatten(batch)
-                nbytes = sum(b.size for b in bufs)
-                wire.send(
-                    t, wire.BATCH, {"scan": scan_id, "rows": batch.num_rows, "desc": desc}, bufs
-                )
             sent += 1
             sent_bytes += nbytes
-        wire.send(t, wire.DONE, {"scan": scan_id, "more": more})
-        with self._lock:
-            self._batches_sent += sent
-            self._bytes_sent += sent_bytes
-            if scan.via_store:
-                self._store_batches += sent
+        return sent, sent_bytes, more
 
 
 def _put_batch(client: Any, batch: Any) -> tuple[ObjectID, int]:

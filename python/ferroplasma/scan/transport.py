@@ -101,6 +101,15 @@ class TcpTransport(Transport):
                     pending[i] = v[got:]
                     break
 
+    def fileno(self) -> int:
+        """The socket's descriptor (for the native data path, which sends
+        and receives on it directly)."""
+        return self.sock.fileno()
+
+    def detach(self) -> int:
+        """Gives up the socket: its descriptor, which the caller now owns."""
+        return self.sock.detach()
+
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)

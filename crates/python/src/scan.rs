@@ -1,0 +1,230 @@
+//! The scan data path for Python (`ferroplasma.scan`): `NativeScanSource`
+//! sends a DuckDB result's batches on the server, `NativeScanReceiver`
+//! receives them on the client. Both run their loops in Rust with the GIL
+//! released (see the `ferroplasma-scan` crate); Python handles only the
+//! control frames and one call per ITERATE (server) or per batch taken
+//! (client; none at all through `__arrow_c_stream__`).
+
+use std::ffi::CStr;
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
+use arrow_array::{Array, StructArray};
+use arrow_schema::Schema;
+use ferroplasma_scan::receiver::{BatchReceiver, Options, Waited};
+use ferroplasma_scan::source::BatchSource;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyCapsuleMethods};
+
+use crate::detach::detach;
+use crate::errors::{scan_to_py, ScanError, ScanSide};
+
+const STREAM: &CStr = c"arrow_array_stream";
+const SCHEMA: &CStr = c"arrow_schema";
+const ARRAY: &CStr = c"arrow_array";
+
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A query's result on the server: read one batch ahead in a thread of its
+/// own, sent as gathered buffers.
+#[pyclass(module = "ferroplasma._native", frozen)]
+#[derive(Debug)]
+pub struct NativeScanSource {
+    inner: Mutex<Option<BatchSource>>,
+}
+
+#[pymethods]
+impl NativeScanSource {
+    /// Takes over `stream` (an object with `__arrow_c_stream__`, e.g. a
+    /// `pyarrow.RecordBatchReader` over DuckDB's result); `materialize`
+    /// reads it to the end first.
+    #[new]
+    fn new(py: Python<'_>, stream: &Bound<'_, PyAny>, materialize: bool) -> PyResult<Self> {
+        let capsule = stream.call_method0("__arrow_c_stream__")?;
+        let capsule = capsule.cast::<PyCapsule>()?;
+        let ptr = capsule.pointer_checked(Some(STREAM))?;
+        // Safety: a capsule named "arrow_array_stream" holds an
+        // `ArrowArrayStream` (the Arrow PyCapsule interface); `from_raw`
+        // moves it out and leaves a released one for the capsule to drop.
+        let reader = unsafe { ArrowArrayStreamReader::from_raw(ptr.as_ptr().cast()) }
+            .map_err(|e| PyValueError::new_err(format!("not an Arrow stream: {e}")))?;
+        // Safety: the work touches Rust data only (the stream's producer
+        // never holds a Python object).
+        let source = unsafe { detach(py, move || BatchSource::new(reader, materialize)) }
+            .map_err(|e| scan_to_py(e, ScanSide::Server))?;
+        Ok(NativeScanSource {
+            inner: Mutex::new(Some(source)),
+        })
+    }
+
+    /// Sends up to `max_batches` BATCH frames of scan `scan` on the socket
+    /// `fd` (stopping once `budget` bytes went out, if given): (batches,
+    /// bytes, more). A failed query raises `QueryError`, a broken
+    /// connection an `OSError`.
+    #[pyo3(signature = (fd, scan, max_batches, budget=None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        fd: i32,
+        scan: u64,
+        max_batches: u64,
+        budget: Option<u64>,
+    ) -> PyResult<(u64, u64, bool)> {
+        let inner = &self.inner;
+        // Safety: the work touches Rust data only; `fd` is the caller's
+        // open socket, which it does not use until this returns.
+        let sent = unsafe {
+            detach(py, move || {
+                let mut guard = locked(inner);
+                let source = guard.as_mut().ok_or(ferroplasma_scan::Error::Closed)?;
+                let fd = BorrowedFd::borrow_raw(fd);
+                source.send(fd, scan, max_batches, budget)
+            })
+        }
+        .map_err(|e| scan_to_py(e, ScanSide::Server))?;
+        Ok((sent.batches, sent.bytes, sent.more))
+    }
+
+    /// Stops reading the result (the producer thread ends) and releases
+    /// the stream. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        // Safety: Rust data only; the stream comes back to be released here,
+        // with the GIL held, in case its producer needs it.
+        let reader =
+            unsafe { detach(py, move || locked(inner).take().and_then(|mut s| s.close())) };
+        drop(reader);
+    }
+}
+
+/// A scan's batches arriving on the client, received by a thread that owns
+/// the connection.
+#[pyclass(module = "ferroplasma._native", frozen)]
+#[derive(Debug)]
+pub struct NativeScanReceiver {
+    inner: Arc<Mutex<Option<BatchReceiver>>>,
+}
+
+#[pymethods]
+impl NativeScanReceiver {
+    /// Takes over the socket `fd` (closed by this object from now on, even
+    /// if this raises), on which scan `scan` of `schema` (an object with
+    /// `__arrow_c_schema__`) was just opened, and starts receiving.
+    #[new]
+    #[pyo3(signature = (fd, scan, schema, in_flight=2, per_iterate=64, iterate_bytes=8<<20, queue=2))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        fd: i32,
+        scan: u64,
+        schema: &Bound<'_, PyAny>,
+        in_flight: usize,
+        per_iterate: u64,
+        iterate_bytes: u64,
+        queue: usize,
+    ) -> PyResult<Self> {
+        if fd < 0 {
+            return Err(PyValueError::new_err(format!(
+                "{fd} is not a file descriptor"
+            )));
+        }
+        // Safety: the caller hands over an open descriptor it no longer uses
+        // (`socket.detach()`); from here it is closed exactly once.
+        let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+        let capsule = schema.call_method0("__arrow_c_schema__")?;
+        let capsule = capsule.cast::<PyCapsule>()?;
+        let ptr = capsule.pointer_checked(Some(SCHEMA))?;
+        // Safety: a capsule named "arrow_schema" holds an `ArrowSchema`,
+        // only read here (the capsule keeps owning it).
+        let ffi = unsafe { &*ptr.as_ptr().cast::<FFI_ArrowSchema>() };
+        let schema = Schema::try_from(ffi)
+            .map_err(|e| PyValueError::new_err(format!("not an Arrow schema: {e}")))?;
+        let opts = Options {
+            scan,
+            in_flight,
+            per_iterate: per_iterate.max(1),
+            iterate_bytes: iterate_bytes.max(1),
+            queue,
+        };
+        let receiver = BatchReceiver::start(conn, Arc::new(schema), opts)
+            .map_err(|e| scan_to_py(e, ScanSide::Client))?;
+        Ok(NativeScanReceiver {
+            inner: Arc::new(Mutex::new(Some(receiver))),
+        })
+    }
+
+    /// The next batch as `(schema capsule, array capsule)` (for
+    /// `pyarrow.RecordBatch._import_from_c_capsule`), or None at the end.
+    /// Waits with the GIL released; Ctrl-C interrupts the wait. Errors are
+    /// typed (`QueryError`, `ScanServerUnavailable`, ...).
+    fn next_batch<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)>> {
+        loop {
+            let inner = &self.inner;
+            // Safety: Rust data only.
+            let waited = unsafe {
+                detach(py, move || match locked(inner).as_mut() {
+                    Some(r) => r.next_within(Duration::from_millis(200)),
+                    None => Waited::Failed(ferroplasma_scan::Error::Closed),
+                })
+            };
+            match waited {
+                Waited::Batch(batch) => {
+                    let array = StructArray::from(batch);
+                    let schema = FFI_ArrowSchema::try_from(array.data_type())
+                        .map_err(|e| ScanError::new_err(e.to_string()))?;
+                    let array = FFI_ArrowArray::new(&array.to_data());
+                    return Ok(Some((
+                        PyCapsule::new(py, schema, Some(SCHEMA.to_owned()))?,
+                        PyCapsule::new(py, array, Some(ARRAY.to_owned()))?,
+                    )));
+                }
+                Waited::End => return Ok(None),
+                Waited::Failed(e) => return Err(scan_to_py(e, ScanSide::Client)),
+                Waited::Nothing => py.check_signals()?,
+            }
+        }
+    }
+
+    /// The batches as an Arrow C stream (`pyarrow.RecordBatchReader.from_stream`):
+    /// C++ then pulls them with no Python in between. Once only; errors
+    /// reach pyarrow as `ArrowInvalid`/`OSError` whose message starts with
+    /// the `ferroplasma.errors` class name.
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        if requested_schema.is_some_and(|s| !s.is_none()) {
+            return Err(PyValueError::new_err(
+                "a scan's batches come in the server's schema; cast them after reading",
+            ));
+        }
+        let receiver = locked(&self.inner)
+            .take()
+            .ok_or_else(|| ScanError::new_err("the scan was closed or is already a stream"))?;
+        let stream = FFI_ArrowArrayStream::new(Box::new(receiver));
+        PyCapsule::new(py, stream, Some(STREAM.to_owned()))
+    }
+
+    /// Ends the scan (a receiver still running drops the connection, and
+    /// the server frees the scan). Idempotent; true if the scan had ended
+    /// cleanly.
+    fn close(&self, py: Python<'_>) -> bool {
+        let inner = &self.inner;
+        // Safety: Rust data only.
+        unsafe {
+            detach(py, move || {
+                locked(inner).take().is_some_and(|mut r| r.close())
+            })
+        }
+    }
+}

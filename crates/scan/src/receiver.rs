@@ -1,0 +1,326 @@
+//! The client side of a scan: a thread that owns the connection once the
+//! scan is open, keeps ITERATE requests in flight, lands each BATCH's
+//! buffers in one 64-byte-aligned allocation straight from the socket,
+//! builds the record batch around them and queues it for the consumer.
+//! The consumer reads batch i while batch i+1 arrives.
+//!
+//! Flow control: at most [`Options::in_flight`] ITERATE requests are
+//! outstanding and the queue holds [`Options::queue`] batches; a consumer
+//! that stops reading stops the thread reading the socket, and TCP stops the
+//! server.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver as Queue, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use arrow_array::{RecordBatch, RecordBatchReader};
+use arrow_schema::{ArrowError, SchemaRef};
+
+use crate::error::{Error, Result};
+use crate::{frame, io, layout};
+
+/// How a receiver asks for batches.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The scan's id on the server.
+    pub scan: u64,
+    /// ITERATE requests kept outstanding.
+    pub in_flight: usize,
+    /// Batches asked for per ITERATE.
+    pub per_iterate: u64,
+    /// Bytes asked for per ITERATE (the server stops after the batch that
+    /// reaches them).
+    pub iterate_bytes: u64,
+    /// Received batches queued for the consumer.
+    pub queue: usize,
+}
+
+/// A running receiver: the consumer's end of the queue.
+#[derive(Debug)]
+pub struct BatchReceiver {
+    schema: SchemaRef,
+    queue: Queue<Result<Received>>,
+    conn: Arc<OwnedFd>,
+    cancelled: Arc<AtomicBool>,
+    thread: Option<JoinHandle<bool>>,
+    ended: bool,
+}
+
+impl BatchReceiver {
+    /// Takes over `conn`, on which scan `opts.scan` was just opened (its
+    /// SCAN frame read), and starts receiving its batches.
+    pub fn start(conn: OwnedFd, schema: SchemaRef, opts: Options) -> Result<BatchReceiver> {
+        let conn = Arc::new(conn);
+        let (tx, rx) = sync_channel(opts.queue.max(1));
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (c, s, stop) = (conn.clone(), schema.clone(), cancelled.clone());
+        let thread = std::thread::Builder::new()
+            .name("scan receiver".into())
+            .spawn(move || receive(&c, &s, opts, &tx, &stop))
+            .map_err(Error::Io)?;
+        Ok(BatchReceiver {
+            schema,
+            queue: rx,
+            conn,
+            cancelled,
+            thread: Some(thread),
+            ended: false,
+        })
+    }
+
+    /// The result's schema.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The next batch, waiting up to `wait` for it (see [`Waited`]). The
+    /// batch is built and validated here, on the caller's thread.
+    pub fn next_within(&mut self, wait: Duration) -> Waited {
+        if self.ended {
+            return Waited::End;
+        }
+        match self
+            .queue
+            .recv_timeout(wait)
+            .map(|r| r.and_then(Received::build))
+        {
+            Ok(Ok(batch)) => Waited::Batch(batch),
+            Ok(Err(e)) => {
+                self.ended = true;
+                Waited::Failed(e)
+            }
+            Err(RecvTimeoutError::Timeout) => Waited::Nothing,
+            Err(RecvTimeoutError::Disconnected) => {
+                self.ended = true;
+                Waited::End
+            }
+        }
+    }
+
+    /// Ends the scan: a receiver still running drops the connection (the
+    /// server then frees the scan). True if the connection ended cleanly
+    /// (every batch read and the scan finalized).
+    pub fn close(&mut self) -> bool {
+        let Some(thread) = self.thread.take() else {
+            return false;
+        };
+        self.ended = true;
+        if !thread.is_finished() {
+            self.cancelled.store(true, Ordering::Relaxed);
+            // Wakes the thread from a read or a send.
+            // Safety: `conn` is an open socket this value owns a share of.
+            unsafe { libc::shutdown(self.conn.as_raw_fd(), libc::SHUT_RDWR) };
+            // And from a full queue.
+            while self.queue.try_recv().is_ok() {}
+        }
+        loop {
+            // The queue may fill again until the thread sees the flag.
+            while self.queue.try_recv().is_ok() {}
+            if thread.is_finished() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        thread.join().unwrap_or(false)
+    }
+}
+
+impl Drop for BatchReceiver {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// What [`BatchReceiver::next_within`] saw.
+#[derive(Debug)]
+pub enum Waited {
+    Batch(RecordBatch),
+    End,
+    Failed(Error),
+    /// Nothing yet: ask again.
+    Nothing,
+}
+
+impl Iterator for BatchReceiver {
+    type Item = std::result::Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            match self.next_within(Duration::from_secs(3600)) {
+                Waited::Batch(b) => return Some(Ok(b)),
+                Waited::End => return None,
+                Waited::Failed(e) => return Some(Err(to_arrow(e))),
+                Waited::Nothing => continue,
+            }
+        }
+    }
+}
+
+impl RecordBatchReader for BatchReceiver {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+}
+
+/// An error as the Arrow C stream carries it: a connection's failure as an
+/// I/O error, anything else as invalid data, each message naming the kind
+/// of error `ferroplasma.errors` would raise.
+pub fn to_arrow(e: Error) -> ArrowError {
+    let text = match &e {
+        Error::Remote { code, .. } => format!("{}: {e}", remote_class(code)),
+        Error::Io(_) => format!("ScanServerUnavailable: the scan server hung up: {e}"),
+        Error::Protocol(_) => format!("ProtocolError: {e}"),
+        Error::Query(_) => format!("QueryError: {e}"),
+        Error::Layout(_) => format!("SerializationError: {e}"),
+        Error::Closed => format!("ScanError: {e}"),
+    };
+    match e {
+        Error::Io(io) => ArrowError::IoError(text, io),
+        _ => ArrowError::InvalidArgumentError(text),
+    }
+}
+
+/// The `ferroplasma.errors` class for an ERROR frame's code.
+pub fn remote_class(code: &str) -> &'static str {
+    match code {
+        "auth" | "access" => "AccessDenied",
+        "dataset" => "DatasetNotFound",
+        "query" => "QueryError",
+        "protocol" => "ProtocolError",
+        "busy" => "ScanServerUnavailable",
+        _ => "ScanError",
+    }
+}
+
+/// The receiving thread: true if the scan ended cleanly (FINALIZED read).
+fn receive(
+    conn: &OwnedFd,
+    schema: &SchemaRef,
+    opts: Options,
+    tx: &SyncSender<Result<Received>>,
+    cancelled: &AtomicBool,
+) -> bool {
+    match run(conn, schema, opts, tx, cancelled) {
+        Ok(clean) => clean,
+        Err(e) => {
+            if !cancelled.load(Ordering::Relaxed) {
+                let _ = tx.send(Err(e));
+            }
+            false
+        }
+    }
+}
+
+fn run(
+    conn: &OwnedFd,
+    schema: &SchemaRef,
+    opts: Options,
+    tx: &SyncSender<Result<Received>>,
+    cancelled: &AtomicBool,
+) -> Result<bool> {
+    let fd = conn.as_fd();
+    let ask = frame::iterate(opts.scan, opts.per_iterate, opts.iterate_bytes);
+    let mut in_flight = 0;
+    for _ in 0..opts.in_flight.max(1) {
+        io::send_all(fd, &[&ask])?;
+        in_flight += 1;
+    }
+    let mut more = true;
+    let mut fields = Vec::new();
+    let pool = Arc::new(layout::RegionPool::default());
+    while in_flight > 0 {
+        let (head, f) = read_frame(fd, &mut fields)?;
+        match head.kind {
+            frame::BATCH => {
+                let rows = frame::uint(&f, "rows")? as usize;
+                let desc = frame::desc(&f)?;
+                let batch = receive_batch(fd, schema, rows, desc, head.body_len, &pool)?;
+                if cancelled.load(Ordering::Relaxed) || tx.send(Ok(batch)).is_err() {
+                    return Ok(false); // the consumer is gone; batches are in flight
+                }
+            }
+            frame::DONE => {
+                in_flight -= 1;
+                more = more && f.get("more").and_then(|v| v.as_bool()).unwrap_or(false);
+                if more {
+                    io::send_all(fd, &[&ask])?;
+                    in_flight += 1;
+                }
+            }
+            frame::ERROR => return Err(frame::remote_error(&f)),
+            other => {
+                return Err(Error::Protocol(format!(
+                    "unexpected frame kind {other} during a scan"
+                )))
+            }
+        }
+    }
+    io::send_all(fd, &[&frame::finalize(opts.scan)])?;
+    loop {
+        let (head, _) = read_frame(fd, &mut fields)?;
+        if head.kind == frame::FINALIZED {
+            return Ok(true);
+        }
+        io::skip(fd, head.body_len)?;
+    }
+}
+
+fn read_frame(
+    fd: std::os::fd::BorrowedFd<'_>,
+    scratch: &mut Vec<u8>,
+) -> Result<(frame::Head, serde_json::Map<String, serde_json::Value>)> {
+    let mut raw = [0u8; frame::HEAD_LEN];
+    io::recv_exact(fd, &mut raw)?;
+    let head = frame::Head::parse(&raw)?;
+    scratch.resize(head.fields_len as usize, 0);
+    io::recv_exact(fd, scratch)?;
+    Ok((head, frame::parse_fields(scratch)?))
+}
+
+/// A batch's bytes as received, not yet checked: [`Received::build`] makes
+/// the batch (and validates every buffer), on the consumer's thread, so
+/// that the next batch arrives meanwhile.
+#[derive(Debug)]
+pub struct Received {
+    schema: SchemaRef,
+    rows: usize,
+    desc: Vec<i64>,
+    bufs: Vec<arrow_buffer::Buffer>,
+}
+
+impl Received {
+    /// The record batch around the received buffers.
+    pub fn build(self) -> Result<RecordBatch> {
+        layout::rebuild(&self.schema, self.rows, &self.desc, self.bufs)
+    }
+}
+
+/// Receives one BATCH frame's body straight into aligned memory.
+pub fn receive_batch(
+    fd: std::os::fd::BorrowedFd<'_>,
+    schema: &SchemaRef,
+    rows: usize,
+    desc: Vec<i64>,
+    body_len: u64,
+    pool: &Arc<layout::RegionPool>,
+) -> Result<Received> {
+    let sizes = layout::sizes(&desc)?;
+    if sizes.iter().map(|&s| s as u64).sum::<u64>() != body_len {
+        return Err(Error::Protocol(
+            "a batch's body does not match its descriptor".into(),
+        ));
+    }
+    let landing = layout::Landing::new(sizes, pool)?;
+    // Safety: the places are `landing`'s, writable and not otherwise used.
+    unsafe { io::recv_places(fd, &landing.places())? };
+    Ok(Received {
+        schema: schema.clone(),
+        rows,
+        // Safety: `recv_places` filled every place or failed above.
+        bufs: unsafe { landing.buffers() },
+        desc,
+    })
+}
