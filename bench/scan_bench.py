@@ -28,6 +28,10 @@ sent to table received). The methods:
 * ``ferroplasma-store`` (same host): ``into_store=`` with the server sharing
   the store.
 
+And, end to end against Flight, a sorted query over strings and nulls:
+``SELECT * FROM dataset ORDER BY id`` over 3M rows of 8 columns (ids
+shuffled; strings, a date, a boolean, integers and floats with 5-30 % nulls).
+
 TPC-H data: generated once with DuckDB 1.5.5 and PyPI's
 duckdb-extension-tpch (in a separate virtual environment, bench/.tpch-venv),
 since the DuckDB 2.x wheel has no tpch extension.
@@ -113,6 +117,47 @@ def prepare(sf: int, data: Path) -> Path:
     )
     print(f"generating TPC-H lineitem sf={sf} into {out}", flush=True)
     subprocess.run([str(py), "-c", code], check=True)
+    os.rename(f"{out}.tmp", out)
+    return out
+
+
+SORTED_ROWS = 3_000_000
+SORTED_SQL = "SELECT * FROM dataset ORDER BY id"
+
+
+def prepare_sorted(data: Path) -> Path:
+    """3M rows, 8 columns with strings and nulls, ids shuffled (generated
+    once): the dataset of the sorted query."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = data / "sorted-3m.parquet"
+    if out.exists():
+        return out
+    data.mkdir(parents=True, exist_ok=True)
+    n = SORTED_ROWS
+    rng = np.random.default_rng(1)
+    words = np.array(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"])
+
+    def nulls(p: float):
+        return rng.random(n) < p
+
+    names = [f"name-{i:08d}" for i in rng.integers(0, 10**8, n)]
+    notes = ["x" * int(k) for k in rng.integers(0, 40, n)]
+    table = pa.table(
+        {
+            "id": rng.permutation(n).astype(np.int64),
+            "name": pa.array(names, mask=nulls(0.1)),
+            "category": pa.array(words[rng.integers(0, 8, n)], mask=nulls(0.05)),
+            "value": pa.array(rng.random(n), mask=nulls(0.2)),
+            "qty": pa.array(rng.integers(0, 1000, n).astype(np.int32), mask=nulls(0.15)),
+            "day": pa.array(rng.integers(0, 20000, n).astype("datetime64[D]")),
+            "flag": pa.array(rng.random(n) < 0.5, mask=nulls(0.1)),
+            "note": pa.array(notes, mask=nulls(0.3)),
+        }
+    )
+    pq.write_table(table, f"{out}.tmp")
     os.rename(f"{out}.tmp", out)
     return out
 
@@ -304,6 +349,19 @@ def measure_client(args: argparse.Namespace) -> dict:
             if isinstance(entry[key], list):
                 entry[key] = statistics.median(entry[key])
         out["widths"].append(entry)
+    if args.sorted_dataset:
+        # The sorted query over strings and nulls, end to end, alternating.
+        sorted_times: dict = {"ferroplasma": [], "flight": []}
+        req = {"sql": SORTED_SQL, "dataset": args.sorted_dataset, "batch_rows": BATCH_ROWS}
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            consume(scan.query(SORTED_SQL, args.sorted_dataset, batch_rows=BATCH_ROWS))
+            sorted_times["ferroplasma"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            consume(fl.do_get(flight.Ticket(json.dumps(req).encode())).to_reader())
+            sorted_times["flight"].append(time.perf_counter() - t0)
+        out["sorted"] = {f"{k}/e2e": statistics.median(v) for k, v in sorted_times.items()}
+        print("  sorted query done", file=sys.stderr, flush=True)
     out["raw_tcp_bytes_s"] = statistics.median(out.pop("raw_tcp"))
     out["raw_tcp_fresh_bytes_s"] = statistics.median(out.pop("raw_tcp_fresh"))
     return out
@@ -368,7 +426,8 @@ def run_setup(name: str, data: Path, prefix_srv: list, prefix_cli: list, host: s
         cmd = [*prefix_cli, sys.executable, me, "client", "--dataset", data.name,
                "--scan", f"{host}:{PORTS['scan']}", "--flight", f"{host}:{PORTS['flight']}",
                "--tcp", f"{host}:{PORTS['tcp']}", "--reps", str(args.reps),
-               "--widths", ",".join(map(str, args.widths)), "--json", str(out)]  # fmt: skip
+               "--widths", ",".join(map(str, args.widths)), "--json", str(out),
+               "--sorted-dataset", "sorted-3m.parquet"]  # fmt: skip
         if store_socket:
             cmd += ["--store", store_socket]
         print(f"{name}:", flush=True)
@@ -388,6 +447,7 @@ def run(args: argparse.Namespace) -> None:
     import ferroplasma as fp
 
     data = prepare(args.sf, Path(args.data))
+    prepare_sorted(Path(args.data))
     result: dict = {
         "sf": args.sf,
         "rows": None,
@@ -439,6 +499,7 @@ def main() -> None:
     for flag in ("--scan", "--flight", "--tcp", "--dataset", "--json"):
         c.add_argument(flag, required=True)
     c.add_argument("--store")
+    c.add_argument("--sorted-dataset", help="also time SORTED_SQL over this dataset")
     c.add_argument("--reps", type=int, default=3)
     c.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     f = sub.add_parser("flight-server", help="internal: the Arrow Flight baseline")

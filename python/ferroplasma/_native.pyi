@@ -106,3 +106,29 @@ def str_list_write(obj: list[str], target: Any) -> None:
 
 def str_list_read(payload: Any) -> list[str]:
     """Rebuilds a list of ``str`` from its layout."""
+
+class NativeScanSource:
+    """A query's result on the scan server, read one batch ahead."""
+
+    def __init__(self, stream: Any, materialize: bool) -> None: ...
+    def send(
+        self, fd: int, scan: int, max_batches: int, budget: int | None = None
+    ) -> tuple[int, int, bool]: ...
+    def close(self) -> None: ...
+
+class NativeScanReceiver:
+    """A scan's batches arriving on the client (owns the socket ``fd``)."""
+
+    def __init__(
+        self,
+        fd: int,
+        scan: int,
+        schema: Any,
+        in_flight: int = 2,
+        per_iterate: int = 64,
+        iterate_bytes: int = 8 << 20,
+        queue: int = 2,
+    ) -> None: ...
+    def next_batch(self) -> tuple[Any, Any] | None: ...
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any: ...
+    def close(self) -> bool: ...

@@ -25,7 +25,7 @@ from ..errors import (
 from . import wire
 from .transport import TcpTransport, Transport, tcp_connect
 
-__all__ = ["Scan", "ScanClient", "connect"]
+__all__ = ["Scan", "ScanClient", "connect", "typed_error"]
 
 _ERRORS: dict[str, type[Exception]] = {
     "auth": AccessDenied,
