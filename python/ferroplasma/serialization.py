@@ -275,12 +275,18 @@ def put_batch_object(
     num_rows: int,
     desc: list[int],
     fill: Callable[[list[memoryview]], None],
+    seal: bool = True,
+    oid: Any = None,
 ) -> tuple[Any, int]:
     """Creates a kind-3 object in ``client``'s store for a batch laid out as
     ``desc``, lets ``fill`` write the buffers into their places (one writable
     view each, in order: copied from memory, or received from a socket),
     then seals it. Returns (ObjectID, size). The object is aborted if
-    ``fill`` fails, so nothing half written stays in the store."""
+    ``fill`` fails, so nothing half written stays in the store.
+
+    ``seal=False`` leaves it written but unsealed (the caller seals or
+    aborts it later): should this client die first, the store discards it.
+    ``oid``: the id to give it (default: a new random one)."""
     import contextlib
 
     from ._ids import ObjectID
@@ -288,7 +294,8 @@ def put_batch_object(
     meta = arrow_layout.pack_meta(schema_bytes, num_rows, desc)
     sizes = arrow_layout.sizes(desc)
     head, meta_at, offsets, total = batch_layout(meta, sizes)
-    oid = ObjectID.random()
+    if oid is None:
+        oid = ObjectID.random()
     buf = client.create(oid, total, wait=30.0)
     try:
         mv = memoryview(buf).cast("B")
@@ -296,13 +303,22 @@ def put_batch_object(
         mv[meta_at : meta_at + len(meta)] = meta
         fill([mv[o : o + n] for o, n in zip(offsets, sizes)])
         mv.release()
-        client.seal(oid)
+        if seal:
+            client.seal(oid)
     except BaseException:
         with contextlib.suppress(Exception):  # the first error is the one to report
             client.abort(oid)
         raise
-    client.release(oid)
+    if seal:
+        client.release(oid)
     return oid, total
+
+
+def seal_batch_object(client: Any, oid: Any) -> None:
+    """Seals an object of :func:`put_batch_object` made with ``seal=False``
+    and lets go of the creator's reference."""
+    client.seal(oid)
+    client.release(oid)
 
 
 def plan(obj: Any) -> Plan:

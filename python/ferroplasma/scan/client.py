@@ -5,6 +5,7 @@ then builds the record batches around them without copying."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 import threading
 from collections.abc import Iterator
@@ -157,6 +158,9 @@ class ScanClient:
         )
         if into_store is None:
             return s.reader()
+        # Batches the client lands itself stay unsealed until the whole
+        # result is in: a client killed midway leaves nothing in the store.
+        s._seal_late = True
         ids: list[ObjectID] = []
         try:
             with s:
@@ -222,7 +226,9 @@ class ScanClient:
                     into_store.delete(probe)
         native = into_store is None and wire_format == "buffers" and isinstance(t, TcpTransport)
         via_store = bool(fields.get("via_store"))
-        return Scan(self, t, fields["scan"], schema, into_store, via_store, native)
+        s = Scan(self, t, fields["scan"], schema, into_store, via_store, native)
+        s._probe = probe
+        return s
 
     def to_table(self, sql: str, dataset: str, **kwargs: Any) -> Any:
         """The whole result as a ``pyarrow.Table`` (its buffers are the
@@ -288,6 +294,13 @@ class Scan:
         self._native: Any = None  # the receiver, once batches are asked for
         self._iter: Iterator[Any] | None = None
         self._done = False
+        self._seal_late = False  # see ScanClient.query
+        self._unsealed: list[ObjectID] = []
+        # Batches the server places in the store: how many were asked for and
+        # how many ids came, so that those lost on their way can be deleted.
+        self._probe: ObjectID | None = None
+        self._asked = 0
+        self._ids_seen = 0
 
     def __iter__(self) -> Iterator[Any]:
         if self._iter is None:
@@ -368,6 +381,7 @@ class Scan:
                 elif kind == wire.BATCH_IPC:
                     yield self._ipc_batch(body_len)
                 elif kind == wire.IDS:
+                    self._ids_seen += 1
                     yield ObjectID.from_hex(f["id"])
                 elif kind == wire.DONE:
                     in_flight -= 1
@@ -382,6 +396,9 @@ class Scan:
             wire.send(t, wire.FINALIZE, {"scan": self.scan})
             self._until_finalized()
             clean = True
+            for oid in self._unsealed:
+                serialization.seal_batch_object(self.store, oid)
+            self._unsealed = []
         except GeneratorExit:
             # Closed early. Ids in flight are cheap to drain, and their
             # objects must not stay in the store unowned; batches in flight
@@ -392,6 +409,12 @@ class Scan:
             raise ScanServerUnavailable(f"scan server {self.owner.address} hung up: {e}") from None
         finally:
             self._done = True
+            for oid in self._unsealed:  # the scan failed: nothing half done stays
+                with contextlib.suppress(FerroplasmaError):
+                    self.store.abort(oid)
+            self._unsealed = []
+            if not clean and self.via_store:
+                self._delete_unreceived()
             if clean:
                 self.owner._give_back(t)
             else:
@@ -409,7 +432,21 @@ class Scan:
             self._done = True
             self._native.close()
 
+    def _delete_unreceived(self) -> None:
+        """Deletes the batches the server may have placed and sent but whose
+        ids never arrived (a server that died with them on the wire): every
+        batch number asked for beyond those received. Those the server never
+        sealed went with it."""
+        if self._probe is None or self._asked <= self._ids_seen:
+            return
+        from .server import batch_ids
+
+        names = itertools.islice(batch_ids(self._probe), self._ids_seen, self._asked)
+        with contextlib.suppress(Exception):
+            self.store.delete(list(names))
+
     def _ask(self) -> None:
+        self._asked += _PER_ITERATE
         wire.send(
             self.t,
             wire.ITERATE,
@@ -455,8 +492,10 @@ class Scan:
 
     def _batch_into_store(self, rows: int, desc: list[int]) -> ObjectID:
         oid, _ = serialization.put_batch_object(
-            self.store, self.schema_bytes, rows, desc, self.t.recv_into
+            self.store, self.schema_bytes, rows, desc, self.t.recv_into, seal=not self._seal_late
         )
+        if self._seal_late:
+            self._unsealed.append(oid)
         return oid
 
     def _ipc_batch(self, body_len: int) -> Any:

@@ -25,6 +25,7 @@ import logging
 import math
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from . import engine, wire
 from .gate import Gate, HelloAnswer, RefusalLog
 from .transport import TcpTransport, Transport, parse_address
 
-__all__ = ["DEFAULT_BATCH_ROWS", "ScanServer"]
+__all__ = ["DEFAULT_BATCH_ROWS", "ScanServer", "batch_ids"]
 
 log = logging.getLogger("ferroplasma.scan")
 
@@ -119,23 +120,40 @@ class _Scan:
     first (placing every batch in the store, when it goes there)."""
 
     def __init__(
-        self, con: Any, rel: Any, batch_rows: int, materialize: bool, wire: str, store: Any
+        self,
+        con: Any,
+        rel: Any,
+        batch_rows: int,
+        materialize: bool,
+        wire: str,
+        store: Any,
+        ids: Any = None,
     ) -> None:
         self.con = con
+        self._ids = ids  # the ids of the batches placed in the store, in order
         self.wire = wire
         self.store = store
         self.native: Any = None
         self._reader = rel.to_arrow_reader(batch_rows)
         self.schema = self._reader.schema
         self._ready: collections.deque = collections.deque()
+        # Batches placed in the store and announced to the client: deleted
+        # again unless the client finalizes the scan (it may have died).
+        self.sent_ids: list[ObjectID] = []
         if store is None and wire == "buffers":
             from .._native import NativeScanSource
 
             self.native = NativeScanSource(self._reader, bool(materialize))
             self._reader = None
         elif materialize:
-            while (item := self._produce()) is not None:
-                self._ready.append(item)
+            try:
+                while (item := self._produce()) is not None:
+                    self._ready.append(item)
+            except BaseException:
+                for item in self._ready:  # placed, never to be sent
+                    with contextlib.suppress(FerroplasmaError):
+                        store.abort(item.id)
+                raise
             self._reader = None
 
     @property
@@ -151,21 +169,35 @@ class _Scan:
             return None
         if self.store is None:
             return batch
-        oid, nbytes = _put_batch(self.store, batch)
+        oid, nbytes = _put_batch(self.store, batch, next(self._ids))
         return _Stored(oid, batch.num_rows, nbytes)
 
     def next(self) -> Any:
         """The next batch (or _Stored), or None at the end."""
         return self._ready.popleft() if self._ready else self._produce()
 
-    def close(self) -> None:
+    def announce(self, item: _Stored) -> None:
+        """Seals a batch placed in the store, about to be sent as an id. It
+        stays unsealed until then, so that the store discards it should this
+        server die first."""
+        serialization.seal_batch_object(self.store, item.id)
+        self.sent_ids.append(item.id)
+
+    def close(self, finalized: bool) -> None:
+        """Ends the scan. Batches placed in the store and never sent are
+        discarded; those sent too, unless the client ``finalized`` the scan
+        (a client that went away midway would leave them with no owner)."""
         if self.native is not None:
             self.native.close()  # joins the producer before DuckDB goes
         unsent = [item.id for item in self._ready if isinstance(item, _Stored)]
         self._ready.clear()
-        if unsent:
+        for oid in unsent:
             with contextlib.suppress(FerroplasmaError):
-                self.store.delete(unsent)
+                self.store.abort(oid)
+        if not finalized and self.sent_ids:
+            with contextlib.suppress(FerroplasmaError):
+                self.store.delete(self.sent_ids)
+        self.sent_ids = []
         self._reader = None
         self.con.close()
 
@@ -350,7 +382,7 @@ class ScanServer:
             log.exception("scan client %s: unexpected error; closing its connection", peer)
         finally:
             for s in scans.values():
-                s.close()
+                s.close(finalized=False)
             with self._lock:
                 self._open_scans -= len(scans)
                 self._connections.discard(t)
@@ -404,7 +436,7 @@ class ScanServer:
             scan_id = _typed(f, "scan", int, "FINALIZE")
             scan = None if scan_id is None else scans.pop(scan_id, None)
             if scan is not None:
-                scan.close()
+                scan.close(finalized=True)
                 with self._lock:
                     self._open_scans -= 1
             wire.send(t, wire.FINALIZED, {"scan": scan_id})
@@ -431,7 +463,13 @@ class ScanServer:
         con, rel = engine.open_query(ds, sql, self.threads)  # type: ignore[arg-type]
         try:
             scan = _Scan(
-                con, rel, rows, bool(materialize), wire_mode, store[0] if via_store else None
+                con,
+                rel,
+                rows,
+                bool(materialize),
+                wire_mode,
+                store[0] if via_store else None,
+                batch_ids(ObjectID.from_hex(probe)) if via_store and probe else None,
             )
         except FerroplasmaError:
             con.close()
@@ -502,6 +540,7 @@ class ScanServer:
                 break
             if isinstance(batch, _Stored):
                 nbytes = batch.nbytes
+                scan.announce(batch)
                 wire.send(t, wire.IDS, {"scan": scan_id, "id": batch.id.hex(), "rows": batch.rows})
             else:
                 msg = batch.serialize()  # the baseline: one contiguous copy
@@ -512,9 +551,21 @@ class ScanServer:
         return sent, sent_bytes, more
 
 
-def _put_batch(client: Any, batch: Any) -> tuple[ObjectID, int]:
-    """Writes ``batch`` into the store as a kind-3 object (one copy, from
-    DuckDB's memory into shared memory)."""
+def batch_ids(probe: ObjectID) -> Iterator[ObjectID]:
+    """The ids of a scan's batches placed in the store, in order: the first
+    12 bytes of the client's probe id (random, known to the client and this
+    server only), then the batch's number from 1. The client can so name a
+    batch whose id it never received (lost with a server that died), and
+    delete it."""
+    prefix = probe.binary()[:12]
+    for seq in itertools.count(1):
+        yield ObjectID(prefix + seq.to_bytes(8, "big"))
+
+
+def _put_batch(client: Any, batch: Any, oid: ObjectID) -> tuple[ObjectID, int]:
+    """Writes ``batch`` into the store as a kind-3 object ``oid`` (one copy,
+    from DuckDB's memory into shared memory), left unsealed until it is
+    sent."""
     desc, bufs = arrow_layout.flatten(batch)
 
     def copy(views: list[memoryview]) -> None:
@@ -522,4 +573,6 @@ def _put_batch(client: Any, batch: Any) -> tuple[ObjectID, int]:
             view[:] = memoryview(b).cast("B")
 
     schema = batch.schema.serialize().to_pybytes()
-    return serialization.put_batch_object(client, schema, batch.num_rows, desc, copy)
+    return serialization.put_batch_object(
+        client, schema, batch.num_rows, desc, copy, seal=False, oid=oid
+    )
