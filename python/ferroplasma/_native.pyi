@@ -9,6 +9,8 @@ __all__ = [
     "Buffer",
     "NativeClient",
     "NativeListing",
+    "NativeScanReceiver",
+    "NativeScanSource",
     "NativeSubscription",
     "WritableBuffer",
     "copy_into",
@@ -107,28 +109,30 @@ def str_list_write(obj: list[str], target: Any) -> None:
 def str_list_read(payload: Any) -> list[str]:
     """Rebuilds a list of ``str`` from its layout."""
 
+@final
 class NativeScanSource:
     """A query's result on the scan server, read one batch ahead."""
 
-    def __init__(self, stream: Any, materialize: bool) -> None: ...
+    def __new__(cls, stream: Any, materialize: bool) -> NativeScanSource: ...
     def send(
         self, fd: int, scan: int, max_batches: int, budget: int | None = None
     ) -> tuple[int, int, bool]: ...
     def close(self) -> None: ...
 
+@final
 class NativeScanReceiver:
     """A scan's batches arriving on the client (owns the socket ``fd``)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         fd: int,
         scan: int,
         schema: Any,
         in_flight: int = 2,
         per_iterate: int = 64,
-        iterate_bytes: int = 8 << 20,
+        iterate_bytes: int = 8388608,
         queue: int = 2,
-    ) -> None: ...
+    ) -> NativeScanReceiver: ...
     def next_batch(self) -> tuple[Any, Any] | None: ...
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any: ...
+    def __arrow_c_stream__(self, requested_schema: Any | None = None) -> Any: ...
     def close(self) -> bool: ...

@@ -117,7 +117,7 @@ impl NativeScanReceiver {
     /// if this raises), on which scan `scan` of `schema` (an object with
     /// `__arrow_c_schema__`) was just opened, and starts receiving.
     #[new]
-    #[pyo3(signature = (fd, scan, schema, in_flight=2, per_iterate=64, iterate_bytes=8<<20, queue=2))]
+    #[pyo3(signature = (fd, scan, schema, in_flight=2, per_iterate=64, iterate_bytes=8388608, queue=2))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         fd: i32,
