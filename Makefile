@@ -12,7 +12,7 @@ ARGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: help test-sysdeps build c-lib install-c header test-go java-sysdeps java test-java wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-calls bench-scale bench-cluster bench-scan bench-jobs stress scale chaos clean
+.PHONY: help test-sysdeps build c-lib install-c header test-go java-sysdeps java test-java wheel run test test-rust test-python test-plasma lint fmt bench bench-spill bench-python bench-compare bench-calls bench-scale bench-cluster bench-scan bench-jobs test-ucx stress scale chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' \
@@ -222,7 +222,16 @@ bench-cluster: build ## Local vs remote gets, the microbenchmarks of the Thymesi
 	target/release/ferroplasma-bench-cluster --json bench/results/cluster.json $(if $(QUICK),--reps 2 --max-total-mb 100,)
 	$(VENV)/bin/python bench/cluster_report.py bench/results/cluster.json --out docs
 
-bench-scan: build ## TPC-H column selectivity as in the Thallus paper (Chakraborty et al., 2024): scan vs serializing RPC vs Arrow Flight vs raw TCP (root); QUICK=1
+# The UCX binding (ucxx, ~350 MB with its CUDA-built libraries; runs without
+# a GPU): for the scan's UCX transport, its tests and its bench figures.
+$(VENV)/.ucx: $(VENV)/.deps
+	$(VENV)/bin/pip install -q ucxx-cu12
+	touch $@
+
+test-ucx: build $(VENV)/.ucx ## The scan tests over the UCX transport too (installs the ucxx binding into .venv)
+	$(VENV)/bin/python -m pytest -q -rs python/tests/test_scan.py -k "ucx or any_scan"
+
+bench-scan: build $(VENV)/.ucx ## TPC-H column selectivity as in the Thallus paper (Chakraborty et al., 2024): scan vs serializing RPC vs Arrow Flight vs raw TCP (root); QUICK=1
 	$(VENV)/bin/python bench/scan_bench.py run --json bench/results/scan.json $(if $(QUICK),--reps 2,)
 	cd bench && ../$(VENV)/bin/python scan_report.py results/scan.json --out ../docs
 

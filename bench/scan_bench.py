@@ -26,7 +26,10 @@ sent to table received). The methods:
 * ``flight``: Arrow Flight ``do_get`` from a pyarrow.flight server running
   the same DuckDB query;
 * ``ferroplasma-store`` (same host): ``into_store=`` with the server sharing
-  the store.
+  the store;
+* ``ferroplasma-ucx``: the same scan over UCX (``ucx://``; the ucxx binding
+  from PyPI, whose transports here are TCP and shared memory), where the
+  binding is installed.
 
 And, end to end against Flight, a sorted query over strings and nulls:
 ``SELECT * FROM dataset ORDER BY id`` over 3M rows of 8 columns (ids
@@ -76,6 +79,7 @@ BATCH_ROWS = 1 << 20
 NS = ["fps-a", "fps-b"]
 IPS = ["10.232.0.1", "10.232.0.2"]
 PORTS = {"scan": 7711, "flight": 7712, "tcp": 7713}
+UCX_PORT = 7714
 TCP_BYTES = 1 << 30
 CHUNK = 64 << 20
 
@@ -290,9 +294,9 @@ def measure_client(args: argparse.Namespace) -> dict:
     def consume(batches) -> int:
         return sum(_batch_bytes(b) for b in batches)
 
-    def fp_run(k: int, materialize: bool, wire_format: str) -> tuple[float, int]:
+    def fp_run(k: int, materialize: bool, wire_format: str, over=scan) -> tuple[float, int]:
         t0 = time.perf_counter()
-        s = scan.open(sql_for(k), ds, batch_rows=BATCH_ROWS, materialize=materialize,
+        s = over.open(sql_for(k), ds, batch_rows=BATCH_ROWS, materialize=materialize,
                       wire_format=wire_format)  # fmt: skip
         if materialize:
             t0 = time.perf_counter()
@@ -334,6 +338,12 @@ def measure_client(args: argparse.Namespace) -> dict:
     }
     if store is not None:
         methods["ferroplasma-store"] = (lambda k: store_run(k, True), lambda k: store_run(k, False))
+    if args.ucx:
+        over_ucx = fp.scan.connect(args.ucx)
+        methods["ferroplasma-ucx"] = (
+            lambda k: fp_run(k, True, "buffers", over_ucx),
+            lambda k: fp_run(k, False, "buffers", over_ucx),
+        )
     for k in args.widths:
         entry: dict = {"columns": k}
         for rep in range(args.reps):
@@ -414,6 +424,13 @@ def run_setup(name: str, data: Path, prefix_srv: list, prefix_cli: list, host: s
         scan_cmd = [exe, "scan-server", "--listen", f"{host}:{PORTS['scan']}",
                     "--root", str(data.parent), "--log-level", "warning"]  # fmt: skip
         scan_cmd += ["--store-socket", store_socket] if store_socket else ["--no-store"]
+        from ferroplasma.scan import ucx
+
+        with_ucx = ucx.available()
+        if with_ucx:
+            scan_cmd += ["--ucx-listen", f"{host}:{UCX_PORT}"]
+        else:
+            print("  the UCX transport is not measured: pip install ucxx-cu12", flush=True)
         procs.append(subprocess.Popen([*prefix_srv, *scan_cmd], stdout=subprocess.DEVNULL))
         procs.append(subprocess.Popen([*prefix_srv, sys.executable, me, "flight-server",
                                        "--listen", f"{host}:{PORTS['flight']}",
@@ -430,6 +447,8 @@ def run_setup(name: str, data: Path, prefix_srv: list, prefix_cli: list, host: s
                "--sorted-dataset", "sorted-3m.parquet"]  # fmt: skip
         if store_socket:
             cmd += ["--store", store_socket]
+        if with_ucx:
+            cmd += ["--ucx", f"ucx://{host}:{UCX_PORT}"]
         print(f"{name}:", flush=True)
         subprocess.run(cmd, check=True)
         return json.loads(out.read_text())
@@ -499,6 +518,7 @@ def main() -> None:
     for flag in ("--scan", "--flight", "--tcp", "--dataset", "--json"):
         c.add_argument(flag, required=True)
     c.add_argument("--store")
+    c.add_argument("--ucx", help="also time the scan over UCX at this ucx:// address")
     c.add_argument("--sorted-dataset", help="also time SORTED_SQL over this dataset")
     c.add_argument("--reps", type=int, default=3)
     c.add_argument("--widths", default=",".join(map(str, WIDTHS)))

@@ -24,6 +24,7 @@ METHODS = {
     "rpc-ipc": "serializing RPC (IPC)",
     "flight": "Arrow Flight",
     "ferroplasma-store": "ferroplasma via the store",
+    "ferroplasma-ucx": "ferroplasma scan over UCX",
 }
 SETUPS = {
     "cross-host": "cross-host (two network namespaces, veth)",

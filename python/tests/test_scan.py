@@ -133,6 +133,34 @@ def scan(server):
         yield c
 
 
+@pytest.fixture(scope="module")
+def ucx_server(root):
+    """The same server with UCX too (`--ucx-listen`): its ucx:// address.
+    Skipped where the UCX binding is not installed (`make test-ucx` installs
+    it and runs these)."""
+    from ferroplasma.scan import ucx
+
+    if not ucx.available():
+        pytest.skip("the UCX binding is not installed (pip install ucxx-cu12; make test-ucx)")
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ferroplasma"), "scan-server"]
+    cmd += ["--listen", "127.0.0.1:0", "--ucx-listen", "127.0.0.1:0", "--root", str(root)]
+    cmd += ["--no-store", "--threads", "2", "--log-level", "error"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert " and ucx://" in line, line
+    yield line.split(" and ")[-1].strip()
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0
+
+
+@pytest.fixture(params=["tcp", "ucx"])
+def any_scan(request, server):
+    """A client over each transport: TCP (the native data path) and UCX."""
+    address = request.getfixturevalue("ucx_server") if request.param == "ucx" else server
+    with fp.scan.connect(address) as c:
+        yield c
+
+
 def _assert_bit_exact(got, expected):
     """Same schema, values and null positions, and every buffer of every
     column holds the same bytes where Arrow defines them."""
@@ -146,9 +174,9 @@ def _assert_bit_exact(got, expected):
 
 
 @pytest.mark.parametrize("batch_rows", [None, 256])
-def test_every_duckdb_type_round_trips_bit_exact(scan, root, batch_rows):
+def test_every_duckdb_type_round_trips_bit_exact(any_scan, root, batch_rows):
     sql = _select(TYPES)
-    got = scan.query(sql, "rows.parquet", batch_rows=batch_rows).read_all()
+    got = any_scan.query(sql, "rows.parquet", batch_rows=batch_rows).read_all()
     expected = _local(root, "rows.parquet", sql)
     assert got.num_rows == ROWS
     _assert_bit_exact(got, expected)
@@ -156,8 +184,8 @@ def test_every_duckdb_type_round_trips_bit_exact(scan, root, batch_rows):
         assert got.num_columns and len(got.column(0).chunks) == -(-ROWS // batch_rows)
 
 
-def test_the_received_buffers_are_64_byte_aligned_and_the_wire_carries_them_all(scan, root):
-    batch = scan.query(_select(TYPES), "rows.parquet").read_next_batch()
+def test_the_received_buffers_are_64_byte_aligned_and_the_wire_carries_them_all(any_scan, root):
+    batch = any_scan.query(_select(TYPES), "rows.parquet").read_next_batch()
     _, bufs = arrow_layout.flatten(batch)
     assert all(b.address % 64 == 0 for b in bufs)
     # Validity bitmaps travel: every column with nulls kept them.
@@ -172,19 +200,35 @@ def test_the_serializing_baseline_gives_the_same_answer(scan, root):
     _assert_bit_exact(got, _local(root, "rows.parquet", sql))
 
 
-def test_an_empty_result_keeps_its_schema(scan, root):
+def test_an_empty_result_keeps_its_schema(any_scan, root):
     sql = "SELECT k, s FROM dataset WHERE k < 0"
-    got = scan.to_table(sql, "big.parquet")
+    got = any_scan.to_table(sql, "big.parquet")
     assert got.num_rows == 0
     assert got.schema.equals(_local(root, "big.parquet", sql).schema)
 
 
-def test_a_huge_single_batch(scan, root):
+def test_a_huge_single_batch(any_scan, root):
     # 2M rows, ~70 MB in one batch (DuckDB makes one batch of a range scan).
     sql = "SELECT range AS k, range * 0.5 AS v, 'name ' || range AS s FROM range(2000000)"
-    batches = list(scan.query(sql, "rows.parquet", batch_rows=1 << 22, materialize=True))
+    batches = list(any_scan.query(sql, "rows.parquet", batch_rows=1 << 22, materialize=True))
     assert [b.num_rows for b in batches] == [2_000_000]
     _assert_bit_exact(pa.Table.from_batches(batches), _local(root, "rows.parquet", sql))
+
+
+def test_over_ucx_errors_are_typed_and_batches_land_in_the_store(ucx_server, root):
+    with fp.scan.connect(ucx_server) as scan:
+        with pytest.raises(fp.errors.QueryError, match="convert"):
+            scan.to_table("SELECT CAST(s AS INT) FROM dataset", "big.parquet")
+        with pytest.raises(fp.errors.DatasetNotFound):
+            scan.to_table("SELECT 1", "missing.parquet")
+        with fp.start_store("256MiB") as store:
+            client = store.connect()
+            sql = _select(TYPES)
+            ids = scan.query(sql, "rows.parquet", into_store=client, batch_rows=1000)
+            assert len(ids) == 3
+            got = pa.Table.from_batches(client.get(ids))
+            _assert_bit_exact(got, _local(root, "rows.parquet", sql))
+        assert scan.status()["scans"] == 0
 
 
 def test_directories_and_csv_are_datasets(scan):

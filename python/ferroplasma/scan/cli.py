@@ -138,6 +138,13 @@ def _parser() -> argparse.ArgumentParser:
         default=256,
         help="connections open at once, authenticated or not (default %(default)s)",
     )
+    p.add_argument(
+        "--ucx-listen",
+        metavar="[ucx://]HOST:PORT",
+        help="also serve over UCX on PORT (every interface; 0 picks one): RDMA where the "
+        "hardware is, shared memory on one host, else TCP. Clients connect to "
+        "ucx://HOST:PORT. Needs the UCX binding: pip install ucxx-cu12",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -157,6 +164,7 @@ def main(argv: list[str]) -> int:
             store_socket=None if args.no_store else args.store_socket,
             threads=args.threads,
             max_connections=args.max_connections,
+            ucx_listen=args.ucx_listen,
         )
     except (OSError, ValueError) as e:
         message = " ".join(str(e).split())  # one line, whatever the value held
@@ -166,7 +174,8 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     server.start()
-    print(f"ferroplasma scan-server: serving {server.root} on {server.address}", flush=True)
+    also = f" and {server.ucx_address}" if server.ucx_address else ""
+    print(f"ferroplasma scan-server: serving {server.root} on {server.address}{also}", flush=True)
     stop.wait()
     server.close()
     return 0

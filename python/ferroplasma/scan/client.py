@@ -23,7 +23,7 @@ from ..errors import (
     ScanError,
     ScanServerUnavailable,
 )
-from . import wire
+from . import ucx, wire
 from .transport import TcpTransport, Transport, tcp_connect
 
 __all__ = ["Scan", "ScanClient", "connect", "typed_error"]
@@ -79,7 +79,12 @@ class ScanClient:
             if self._idle:
                 return self._idle.pop()
         try:
-            t = tcp_connect(self.address, self._timeout)
+            if self.address.startswith(ucx.SCHEME):
+                t: Transport = ucx.ucx_connect(self.address, self._timeout)
+            else:
+                t = tcp_connect(self.address, self._timeout)
+        except ScanServerUnavailable:
+            raise  # e.g. no UCX binding: its message says what to install
         except OSError as e:
             raise ScanServerUnavailable(
                 f"no scan server answers at {self.address} ({e}); start one with "
@@ -91,6 +96,8 @@ class ScanClient:
         except OSError as e:
             t.close()
             raise ScanServerUnavailable(f"scan server {self.address} hung up: {e}") from None
+        if isinstance(t, ucx.UcxTransport):
+            t.deadline = None  # the HELLO's answer came in time
         if kind == wire.ERROR:
             t.close()
             _raise(fields)

@@ -25,6 +25,7 @@ import logging
 import math
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,7 @@ class _Scan:
         wire: str,
         store: Any,
         ids: Any = None,
+        native: bool = True,
     ) -> None:
         self.con = con
         self._ids = ids  # the ids of the batches placed in the store, in order
@@ -140,7 +142,7 @@ class _Scan:
         # Batches placed in the store and announced to the client: deleted
         # again unless the client finalizes the scan (it may have died).
         self.sent_ids: list[ObjectID] = []
-        if store is None and wire == "buffers":
+        if store is None and wire == "buffers" and native:
             from .._native import NativeScanSource
 
             self.native = NativeScanSource(self._reader, bool(materialize))
@@ -232,6 +234,7 @@ class ScanServer:
         max_pending: int = 64,
         max_connections: int = 256,
         refusal_log_interval: float = 10.0,
+        ucx_listen: str | None = None,
     ) -> None:
         require("the scan server", "scan", "duckdb", "pyarrow")
         if not engine.valid_threads(threads):
@@ -291,6 +294,13 @@ class ScanServer:
         self._store_batches = 0
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._hello_timeout = float(hello_timeout)
+        self._max_connections = max_connections
+        self._ucx: Any = None
+        #: ``ucx://HOST:PORT`` when also serving over UCX (``ucx_listen``).
+        self.ucx_address: str | None = None
+        if ucx_listen is not None:
+            self._listen_ucx(ucx_listen, host)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -316,6 +326,71 @@ class ScanServer:
             t.close()
             self._refusals("thread", peer, f"no thread to serve it: {e}")
 
+    def _listen_ucx(self, listen: str, tcp_host: str) -> None:
+        from . import ucx
+
+        if listen.startswith(ucx.SCHEME):
+            listen = listen[len(ucx.SCHEME) :]
+        host, port = parse_address(listen)
+        if not ucx.available():
+            self._sock.close()
+            raise ValueError(
+                f"--ucx-listen {listen!r} needs the UCX binding: pip install ucxx-cu12"
+            )
+        self._ucx = ucx.UcxListener(port, self._admit_ucx)
+        shown = tcp_host if host in ("", "0.0.0.0", "::") else host
+        self.ucx_address = f"{ucx.SCHEME}{shown}:{self._ucx.port}"
+        if not self.token:
+            log.warning(
+                "the scan server also listens on %s (UCX, every interface) without a token",
+                self.ucx_address,
+            )
+
+    def _admit_ucx(self, t: Any) -> None:
+        """A UCX connection, in its own thread: its HELLO within the
+        deadline, then served like a TCP one (the connection cap counts it)."""
+        with self._lock:
+            full = self._closed or len(self._connections) >= self._max_connections
+            if not full:
+                self._connections.add(t)
+        if full:
+            self._refusals("connection cap", t.peer, "a UCX connection beyond the cap")
+            with contextlib.suppress(OSError):
+                wire.send(t, wire.ERROR, {"code": "busy", "message": "the scan server is busy"})
+            t.close()
+            return
+        served = False
+        try:
+            if self._ucx_hello(t):
+                served = True
+                self._serve_connection(t, t.peer)  # forgets and closes it at the end
+        finally:
+            if not served:
+                with self._lock:
+                    self._connections.discard(t)
+                t.close()
+
+    def _ucx_hello(self, t: Any) -> bool:
+        """Reads and answers a UCX connection's HELLO: True if accepted."""
+        t.deadline = time.monotonic() + self._hello_timeout
+        try:
+            kind, fields, body_len = wire.recv(t)
+        except (OSError, ProtocolError) as e:
+            self._refusals("hello", t.peer, f"no HELLO within the deadline ({e})")
+            return False
+        if kind != wire.HELLO or body_len:
+            self._refusals("hello", t.peer, "not a scan client (its first frame is no HELLO)")
+            return False
+        reply_kind, reply, refusal = self._check_hello(fields)
+        if refusal is not None:
+            self._refusals(refusal[0], t.peer, refusal[1])
+        try:
+            wire.send(t, reply_kind, reply)
+        except OSError:
+            return False
+        t.deadline = None
+        return refusal is None
+
     def start(self) -> ScanServer:
         """Serves in a background thread (for tests and embedding)."""
         self._thread = threading.Thread(target=self.serve_forever, daemon=True, name="scan-accept")
@@ -330,6 +405,8 @@ class ScanServer:
             self._closed = True
         self._gate.stop()
         self._sock.close()
+        if self._ucx is not None:
+            self._ucx.close()
         self._refusals.flush()
         with self._lock:
             conns = list(self._connections)
@@ -445,7 +522,7 @@ class ScanServer:
         else:
             raise ProtocolError(f"unexpected {wire.NAMES[kind]} frame from a client")
 
-    def _init_scan(self, t: Transport, f: dict[str, Any], scans: dict, store: list) -> None:
+    def _init_scan(self, t: Any, f: dict[str, Any], scans: dict, store: list) -> None:
         sql = _typed(f, "sql", str, "INIT_SCAN")
         dataset = _typed(f, "dataset", str, "INIT_SCAN")
         rows = _typed(f, "batch_rows", int, "INIT_SCAN")
@@ -470,6 +547,7 @@ class ScanServer:
                 wire_mode,
                 store[0] if via_store else None,
                 batch_ids(ObjectID.from_hex(probe)) if via_store and probe else None,
+                native=isinstance(t, TcpTransport),
             )
         except FerroplasmaError:
             con.close()
@@ -522,7 +600,8 @@ class ScanServer:
         t: Transport, scan_id: int, scan: _Scan, n: int, budget: int | None
     ) -> tuple[int, int, bool]:
         """Sends up to ``n`` batches of a scan produced in Python (the IPC
-        baseline, or ids of batches in the store): (batches, bytes, more)."""
+        baseline, ids of batches in the store, or buffers over UCX):
+        (batches, bytes, more)."""
         sent_bytes = 0
         sent = 0
         more = True
@@ -542,10 +621,16 @@ class ScanServer:
                 nbytes = batch.nbytes
                 scan.announce(batch)
                 wire.send(t, wire.IDS, {"scan": scan_id, "id": batch.id.hex(), "rows": batch.rows})
-            else:
+            elif scan.wire == "ipc":
                 msg = batch.serialize()  # the baseline: one contiguous copy
                 nbytes = msg.size
                 wire.send(t, wire.BATCH_IPC, {"scan": scan_id}, [msg])
+            else:  # buffers over a transport the native path does not drive
+                desc, bufs = arrow_layout.flatten(batch)
+                nbytes = sum(b.size for b in bufs)
+                wire.send(
+                    t, wire.BATCH, {"scan": scan_id, "rows": batch.num_rows, "desc": desc}, bufs
+                )
             sent += 1
             sent_bytes += nbytes
         return sent, sent_bytes, more
