@@ -10,6 +10,8 @@ more declares it on its first line, and this test provides it:
 - ``# doc-test: scan-server``: a scan server at ``datahost:7700`` (pointed at
   a local one) whose root holds the datasets the docs query:
   ``events.parquet``, ``events/`` and ``tpch/lineitem.parquet``.
+- ``# doc-test: scan-server-ucx``: the same server, also at
+  ``ucx://datahost:7701`` (skipped without the UCX binding).
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def scan_server(store, tmp_path_factory):
+def scan_root(tmp_path_factory):
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -91,8 +93,25 @@ def scan_server(store, tmp_path_factory):
         }
     )
     pq.write_table(lineitem, root / "tpch" / "lineitem.parquet")
-    with fp.scan.ScanServer("127.0.0.1:0", root, store_socket=store.socket).start() as srv:
+    return root
+
+
+@pytest.fixture(scope="module")
+def scan_server(store, scan_root):
+    with fp.scan.ScanServer("127.0.0.1:0", scan_root, store_socket=store.socket).start() as srv:
         yield {"datahost:7700": srv.address}
+
+
+@pytest.fixture(scope="module")
+def scan_server_ucx(store, scan_root):
+    from ferroplasma.scan import ucx
+
+    if not ucx.available():
+        pytest.skip("the UCX binding is not installed (pip install ucxx-cu12; make test-ucx)")
+    with fp.scan.ScanServer(
+        "127.0.0.1:0", scan_root, store_socket=store.socket, ucx_listen="127.0.0.1:0"
+    ).start() as srv:
+        yield {"ucx://datahost:7701": srv.ucx_address}
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +144,8 @@ def test_doc_block_runs_as_written(code, store, request, tmp_path):
     m = DIRECTIVE.search(first)
     if m:
         need = m.group(1)
-        assert need in ("cluster", "scan-server", "dask"), f"unknown doc-test directive {need!r}"
+        known = ("cluster", "scan-server", "scan-server-ucx", "dask")
+        assert need in known, f"unknown doc-test directive {need!r}"
         names = request.getfixturevalue(need.replace("-", "_"))
     for doc_name, real in names.items():
         code = code.replace(doc_name, real)
