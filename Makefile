@@ -229,7 +229,7 @@ $(VENV)/.ucx: $(VENV)/.deps
 	touch $@
 
 test-ucx: build $(VENV)/.ucx ## The scan tests over the UCX transport too (installs the ucxx binding into .venv)
-	$(VENV)/bin/python -m pytest -q -rs python/tests/test_scan.py -k "ucx or any_scan"
+	$(VENV)/bin/python -m pytest -q -rs python/tests/test_scan.py -k ucx
 
 bench-scan: build $(VENV)/.ucx ## TPC-H column selectivity as in the Thallus paper (Chakraborty et al., 2024): scan vs serializing RPC vs Arrow Flight vs raw TCP (root); QUICK=1
 	$(VENV)/bin/python bench/scan_bench.py run --json bench/results/scan.json $(if $(QUICK),--reps 2,)

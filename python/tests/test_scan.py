@@ -228,7 +228,8 @@ def test_over_ucx_errors_are_typed_and_batches_land_in_the_store(ucx_server, roo
             assert len(ids) == 3
             got = pa.Table.from_batches(client.get(ids))
             _assert_bit_exact(got, _local(root, "rows.parquet", sql))
-        assert scan.status()["scans"] == 0
+        # The failed scan's connection was dropped: the server frees it.
+        eventually(lambda: scan.status()["scans"] == 0, what="no scan left open")
 
 
 def test_directories_and_csv_are_datasets(scan):
@@ -310,7 +311,9 @@ def test_reading_a_scan_runs_no_python_per_batch(scan):
         sys.setprofile(None)
     assert table.num_rows == 300_000 and len(table.to_batches()) >= 300
     assert table.column("k").to_pylist()[::50_000] == list(range(0, 300_000, 50_000))
-    assert sum(calls.values()) <= 2, calls  # read_all itself, and nothing per batch
+    # Nothing per batch (a stray finalizer the garbage collector runs meanwhile
+    # may count): on main it was thousands.
+    assert sum(calls.values()) < 20, calls
 
 
 def test_closing_a_scan_early_frees_it_on_the_server(scan):

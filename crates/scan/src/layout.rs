@@ -15,7 +15,8 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use arrow_array::{make_array, RecordBatch, RecordBatchOptions};
 use arrow_buffer::{Buffer, MutableBuffer};
@@ -174,32 +175,52 @@ impl Drop for RawRegion {
     }
 }
 
-/// Regions of batches the consumer let go, kept for the next batches of the
-/// same scan: a large batch then lands in memory whose pages are already
-/// there, instead of faulting in fresh pages (the allocator maps anything
-/// over 32 MiB anew each time). Holds at most [`RegionPool::KEEP`] regions.
+/// Regions of batches the consumer let go, kept for the next batches: a
+/// large batch then lands in memory whose pages are already there, instead
+/// of faulting in (and zeroing) fresh ones; the allocator maps anything over
+/// 32 MiB anew each time. This is what pyarrow's allocator does for the
+/// memory it hands out; [`RegionPool::shared`] is the process's pool, kept
+/// across scans. It holds at most [`RegionPool::KEEP`] regions and
+/// [`RegionPool::KEEP_BYTES`] bytes, and frees a region left unused for
+/// [`RegionPool::IDLE`] the next time a scan takes or gives one.
 #[derive(Debug, Default)]
 pub struct RegionPool {
-    free: Mutex<Vec<RawRegion>>,
+    free: Mutex<Vec<(RawRegion, Instant)>>,
 }
 
 impl RegionPool {
-    /// Regions kept at most (the receiver's queue, one being received and
-    /// one being read, with room to spare).
-    pub const KEEP: usize = 4;
+    /// Regions kept at most.
+    pub const KEEP: usize = 6;
+    /// Bytes kept at most.
+    pub const KEEP_BYTES: usize = 768 << 20;
+    /// A region unused for this long is freed.
+    pub const IDLE: Duration = Duration::from_secs(10);
+
+    /// The process's pool.
+    pub fn shared() -> Arc<RegionPool> {
+        static SHARED: OnceLock<Arc<RegionPool>> = OnceLock::new();
+        SHARED.get_or_init(Arc::default).clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<(RawRegion, Instant)>> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        free.retain(|(_, since)| now.duration_since(*since) < Self::IDLE);
+        free
+    }
 
     /// A region of at least `size` bytes: the smallest free one that is not
     /// more than twice as large, else a new one.
     fn take(&self, size: usize) -> Result<RawRegion> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut free = self.lock();
         let fits = free
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.layout.size() >= size && r.layout.size() / 2 <= size.max(1))
-            .min_by_key(|(_, r)| r.layout.size())
+            .filter(|(_, (r, _))| r.layout.size() >= size && r.layout.size() / 2 <= size.max(1))
+            .min_by_key(|(_, (r, _))| r.layout.size())
             .map(|(i, _)| i);
         match fits {
-            Some(i) => Ok(free.swap_remove(i)),
+            Some(i) => Ok(free.swap_remove(i).0),
             None => {
                 drop(free);
                 RawRegion::alloc(size)
@@ -208,18 +229,32 @@ impl RegionPool {
     }
 
     fn give_back(&self, region: RawRegion) {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        if free.len() >= Self::KEEP {
-            // Keep the largest ones: they are the costly ones to fault in.
-            let smallest = (0..free.len()).min_by_key(|&i| free[i].layout.size());
+        let size = region.layout.size();
+        if size > Self::KEEP_BYTES {
+            return;
+        }
+        let mut free = self.lock();
+        // Make room by letting the smallest go: large regions are the costly
+        // ones to fault in.
+        loop {
+            let kept: usize = free.iter().map(|(r, _)| r.layout.size()).sum();
+            if free.len() < Self::KEEP && kept + size <= Self::KEEP_BYTES {
+                break;
+            }
+            let smallest = (0..free.len()).min_by_key(|&i| free[i].0.layout.size());
             match smallest {
-                Some(i) if free[i].layout.size() < region.layout.size() => {
+                Some(i) if free[i].0.layout.size() <= size => {
                     free.swap_remove(i);
                 }
                 _ => return,
             }
         }
-        free.push(region);
+        free.push((region, Instant::now()));
+    }
+
+    /// Bytes kept for reuse.
+    pub fn kept_bytes(&self) -> usize {
+        self.lock().iter().map(|(r, _)| r.layout.size()).sum()
     }
 }
 
@@ -517,6 +552,19 @@ mod tests {
         // One much smaller does not pin the large region.
         let small = Landing::new(vec![1000], &pool).unwrap();
         assert_ne!(small.places()[0].ptr as usize, at);
+        drop(second);
+        assert_eq!(pool.kept_bytes(), 40 << 20);
+        // Past the byte cap, the smallest regions go first.
+        let big: Vec<Landing> = (0..4)
+            .map(|_| Landing::new(vec![300 << 20], &pool).unwrap())
+            .collect();
+        for l in big {
+            // Safety: filled with zeros (a test of placement only).
+            unsafe { l.places()[0].ptr.write_bytes(0, 300 << 20) };
+            // Safety: filled above.
+            drop(unsafe { l.buffers() });
+        }
+        assert_eq!(pool.kept_bytes(), 600 << 20);
     }
 
     #[test]

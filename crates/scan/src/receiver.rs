@@ -230,7 +230,7 @@ fn run(
     }
     let mut more = true;
     let mut fields = Vec::new();
-    let pool = Arc::new(layout::RegionPool::default());
+    let pool = layout::RegionPool::shared();
     while in_flight > 0 {
         let (head, f) = read_frame(fd, &mut fields)?;
         match head.kind {

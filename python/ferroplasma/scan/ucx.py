@@ -18,6 +18,7 @@ and worker serve the whole process, progressed by ucxx's own thread.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import threading
@@ -68,8 +69,19 @@ def _shared_worker(role: str) -> Any:
             # thread-safe, and posting directly raced with it.
             worker = api.UCXWorker(ctx, enable_delayed_submission=True)
             worker.start_progress_thread()
+            if not _workers:
+                atexit.register(_stop_workers)
             _workers[role] = (ctx, worker)
         return _workers[role][1]
+
+
+def _stop_workers() -> None:
+    """Stops the progress threads before the interpreter goes (ucxx warns
+    otherwise, and destructors could run on those threads)."""
+    with _lock:
+        for _ctx, worker in _workers.values():
+            with contextlib.suppress(Exception):
+                worker.stop_progress_thread()
 
 
 def _wait(requests: list[Any], deadline: float | None = None) -> None:
