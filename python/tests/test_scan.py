@@ -456,6 +456,22 @@ def test_into_store_lands_each_batch_in_the_store_over_tcp(scan, root):
         assert set(client.list()) == set(ids)  # the probe object is gone
 
 
+def test_iterating_a_scan_into_the_store_hands_out_sealed_batches(scan, root):
+    """Iterated (not `query`), each batch the receiver lands is sealed before
+    its id comes out, so it can be read at once; closing early keeps those
+    and leaves nothing half received."""
+    with fp.start_store("256MiB") as store:
+        client = store.connect()
+        s = scan.open("SELECT k, s FROM dataset", "big.parquet", into_store=client, batch_rows=1000)
+        it = iter(s)
+        got = [next(it) for _ in range(3)]
+        assert [client.get(i).num_rows for i in got] == [1000, 1000, 1000]
+        assert client.get(got[2]).column(0)[0].as_py() == 2000
+        s.close()
+        eventually(lambda: set(client.list()) == set(got), what="only the batches handed out")
+        eventually(lambda: scan.status()["scans"] == 0, what="the scan freed")
+
+
 def test_a_same_host_server_puts_batches_in_the_store_and_sends_ids(root):
     with fp.start_store("256MiB") as store:
         client = store.connect()
@@ -528,6 +544,28 @@ def test_a_client_killed_mid_scan_into_the_store_leaves_nothing_there(root, wher
             eventually(lambda: store_used(client) == 0, what="no memory held")
         finally:
             proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_a_server_stopped_mid_scan_exits_cleanly(root):
+    """SIGTERM while scans run (one being read, one its client just
+    dropped): the server ends their DuckDB queries and producer threads
+    before the interpreter goes, and exits 0 (it aborted now and then when a
+    producer thread was still inside DuckDB at exit)."""
+    for _ in range(3):
+        proc, address = _scan_server_process(root)
+        try:
+            scan = fp.scan.connect(address)
+            sql = "SELECT * FROM dataset ORDER BY s DESC"
+            reading = scan.open(sql, "big.parquet", batch_rows=1000)
+            next(iter(reading))
+            dropped = scan.open(sql, "big.parquet", batch_rows=1000)
+            next(iter(dropped))
+            dropped.close()
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+        finally:
+            proc.kill()
             proc.wait(timeout=10)
 
 

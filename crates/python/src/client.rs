@@ -118,6 +118,13 @@ pub struct NativeClient {
     inner: Client,
 }
 
+impl NativeClient {
+    /// The Rust client (for other bindings that work on this connection).
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner
+    }
+}
+
 #[pymethods]
 impl NativeClient {
     /// Connects to the store at `socket` (None: the default socket), run

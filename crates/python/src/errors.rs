@@ -81,6 +81,10 @@ pub fn scan_to_py(e: ScanWireError, side: ScanSide) -> PyErr {
         ScanWireError::Query(_) => QueryError::new_err(msg),
         ScanWireError::Layout(_) => SerializationError::new_err(msg),
         ScanWireError::Closed => ScanError::new_err(msg),
+        ScanWireError::Store(inner) => match inner.downcast::<ClientError>() {
+            Ok(client) => to_py(*client),
+            Err(other) => ScanError::new_err(other.to_string()),
+        },
         ScanWireError::Remote { code, .. } => match code.as_str() {
             "auth" | "access" => AccessDenied::new_err(msg),
             "dataset" => DatasetNotFound::new_err(msg),

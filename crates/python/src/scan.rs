@@ -5,6 +5,7 @@
 //! control frames and one call per ITERATE (server) or per batch taken
 //! (client; none at all through `__arrow_c_stream__`).
 
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,12 +15,15 @@ use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use arrow_array::{Array, StructArray};
 use arrow_schema::Schema;
-use ferroplasma_scan::receiver::{BatchReceiver, Options, Waited};
+use ferroplasma_client::{MutableBuffer, ObjectId};
+use ferroplasma_scan::receiver::{BatchReceiver, Options, StoreTarget, Waited};
 use ferroplasma_scan::source::BatchSource;
+use ferroplasma_scan::store_object::StoreSink;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyCapsuleMethods};
+use pyo3::types::{PyBytes, PyCapsule, PyCapsuleMethods};
 
+use crate::client::NativeClient;
 use crate::detach::detach;
 use crate::errors::{scan_to_py, ScanError, ScanSide};
 
@@ -109,6 +113,8 @@ impl NativeScanSource {
 #[derive(Debug)]
 pub struct NativeScanReceiver {
     inner: Arc<Mutex<Option<BatchReceiver>>>,
+    /// The store batches land in, if any (to delete those never handed out).
+    store: Option<Py<NativeClient>>,
 }
 
 #[pymethods]
@@ -116,10 +122,16 @@ impl NativeScanReceiver {
     /// Takes over the socket `fd` (closed by this object from now on, even
     /// if this raises), on which scan `scan` of `schema` (an object with
     /// `__arrow_c_schema__`) was just opened, and starts receiving.
+    ///
+    /// `store` (a `NativeClient`): land each batch in a new object of that
+    /// store instead (`schema_ipc`, the result's schema as Arrow IPC, goes
+    /// into each), and hand out ids (`next_id`); `seal_late` seals them only
+    /// once the whole result is in.
     #[new]
-    #[pyo3(signature = (fd, scan, schema, in_flight=2, per_iterate=64, iterate_bytes=8388608, queue=2))]
+    #[pyo3(signature = (fd, scan, schema, in_flight=2, per_iterate=64, iterate_bytes=8388608, queue=2, store=None, schema_ipc=None, seal_late=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         fd: i32,
         scan: u64,
         schema: &Bound<'_, PyAny>,
@@ -127,6 +139,9 @@ impl NativeScanReceiver {
         per_iterate: u64,
         iterate_bytes: u64,
         queue: usize,
+        store: Option<Py<NativeClient>>,
+        schema_ipc: Option<Vec<u8>>,
+        seal_late: bool,
     ) -> PyResult<Self> {
         if fd < 0 {
             return Err(PyValueError::new_err(format!(
@@ -151,10 +166,20 @@ impl NativeScanReceiver {
             iterate_bytes: iterate_bytes.max(1),
             queue,
         };
-        let receiver = BatchReceiver::start(conn, Arc::new(schema), opts)
+        let kept = store.as_ref().map(|s| s.clone_ref(py));
+        let store = store.map(|owner| StoreTarget {
+            sink: Box::new(ClientSink {
+                owner,
+                created: HashMap::new(),
+            }),
+            schema_ipc: schema_ipc.unwrap_or_default(),
+            seal_late,
+        });
+        let receiver = BatchReceiver::start(conn, Arc::new(schema), opts, store)
             .map_err(|e| scan_to_py(e, ScanSide::Client))?;
         Ok(NativeScanReceiver {
             inner: Arc::new(Mutex::new(Some(receiver))),
+            store: kept,
         })
     }
 
@@ -186,6 +211,37 @@ impl NativeScanReceiver {
                         PyCapsule::new(py, array, Some(ARRAY.to_owned()))?,
                     )));
                 }
+                Waited::Stored(_) => {
+                    return Err(ScanError::new_err(
+                        "this scan lands its batches in a store: take their ids (next_id)",
+                    ))
+                }
+                Waited::End => return Ok(None),
+                Waited::Failed(e) => return Err(scan_to_py(e, ScanSide::Client)),
+                Waited::Nothing => py.check_signals()?,
+            }
+        }
+    }
+
+    /// The id (20 bytes) of the next batch landed in the store, or None at
+    /// the end; as `next_batch` otherwise.
+    fn next_id<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        loop {
+            let inner = &self.inner;
+            // Safety: Rust data only.
+            let waited = unsafe {
+                detach(py, move || match locked(inner).as_mut() {
+                    Some(r) => r.next_within(Duration::from_millis(200)),
+                    None => Waited::Failed(ferroplasma_scan::Error::Closed),
+                })
+            };
+            match waited {
+                Waited::Stored(id) => return Ok(Some(PyBytes::new(py, &id))),
+                Waited::Batch(_) => {
+                    return Err(ScanError::new_err(
+                        "this scan does not land its batches in a store",
+                    ))
+                }
                 Waited::End => return Ok(None),
                 Waited::Failed(e) => return Err(scan_to_py(e, ScanSide::Client)),
                 Waited::Nothing => py.check_signals()?,
@@ -216,15 +272,78 @@ impl NativeScanReceiver {
     }
 
     /// Ends the scan (a receiver still running drops the connection, and
-    /// the server frees the scan). Idempotent; true if the scan had ended
+    /// the server frees the scan); batches landed in the store but never
+    /// handed out are deleted. Idempotent; true if the scan had ended
     /// cleanly.
     fn close(&self, py: Python<'_>) -> bool {
         let inner = &self.inner;
-        // Safety: Rust data only.
+        let store = self.store.as_ref().map(|s| s.get());
+        // Safety: Rust data only (`NativeClient` is used without the GIL, as
+        // its own methods do).
         unsafe {
             detach(py, move || {
-                locked(inner).take().is_some_and(|mut r| r.close())
+                let Some(mut r) = locked(inner).take() else {
+                    return false;
+                };
+                let clean = r.close();
+                let untaken: Vec<ObjectId> = r.take_untaken().into_iter().map(ObjectId).collect();
+                if let (Some(store), false) = (store, untaken.is_empty()) {
+                    let _ = store.client().delete(&untaken);
+                }
+                clean
             })
+        }
+    }
+}
+
+/// Creates a scan's objects in the store of a `NativeClient`, from the
+/// receiver's thread (the client is used without the GIL, as every binding
+/// does with it).
+struct ClientSink {
+    owner: Py<NativeClient>,
+    created: HashMap<[u8; 20], MutableBuffer>,
+}
+
+fn store_error(e: ferroplasma_client::ClientError) -> ferroplasma_scan::Error {
+    ferroplasma_scan::Error::Store(Box::new(e))
+}
+
+impl StoreSink for ClientSink {
+    fn create(&mut self, size: usize) -> ferroplasma_scan::Result<([u8; 20], *mut u8)> {
+        let client = self.owner.get().client();
+        let id = client.new_id().map_err(store_error)?;
+        let wait = Some(Duration::from_secs(30)); // as Python's put_batch_object
+        let mut buf = client
+            .create_waiting(id, size as u64, &[], wait)
+            .map_err(store_error)?;
+        let data = buf.as_mut_ptr();
+        self.created.insert(id.0, buf);
+        Ok((id.0, data))
+    }
+
+    fn seal(&mut self, id: [u8; 20]) -> ferroplasma_scan::Result<()> {
+        let buf = self
+            .created
+            .remove(&id)
+            .ok_or(ferroplasma_scan::Error::Closed)?;
+        // The sealed buffer holds the creator's reference; dropping it lets
+        // go, as Python's put_batch_object releases after sealing.
+        drop(self.owner.get().client().seal(buf).map_err(store_error)?);
+        Ok(())
+    }
+
+    fn abort_unsealed(&mut self) {
+        let client = self.owner.get().client();
+        for (_, buf) in self.created.drain() {
+            let _ = client.abort(buf);
+        }
+    }
+
+    fn discard(&mut self, id: [u8; 20]) {
+        let client = self.owner.get().client();
+        match self.created.remove(&id) {
+            Some(buf) => drop(client.abort(buf)),
+            None => drop(client.delete(&[ObjectId(id)])),
         }
     }
 }

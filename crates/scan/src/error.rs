@@ -20,6 +20,10 @@ pub enum Error {
     /// Buffers that do not make the arrays the schema and descriptor say.
     #[error("{0}")]
     Layout(String),
+    /// The store refused an object (full, gone, ...); the store client's
+    /// own error.
+    #[error("{0}")]
+    Store(Box<dyn std::error::Error + Send + Sync>),
     /// The scan was closed while a call waited on it.
     #[error("the scan was closed")]
     Closed,

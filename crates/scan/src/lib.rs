@@ -15,8 +15,10 @@
 //! - [`source`] — the server side: a DuckDB result (any Arrow C stream) read
 //!   one batch ahead by a producer thread while the previous one is sent.
 //! - [`receiver`] — the client side: a thread that asks for batches, lands
-//!   them in aligned memory and hands them on through a bounded queue, so
-//!   the consumer reads batch i while batch i+1 arrives.
+//!   them in aligned memory (or in store objects) and hands them on through
+//!   a bounded queue, so the consumer reads batch i while batch i+1 arrives.
+//! - [`store_object`] — a batch as a store object (the layout Python's
+//!   `ferroplasma.serialization` reads), and the sink that creates them.
 //! - [`error`] — the crate's one error type.
 
 pub mod error;
@@ -25,5 +27,6 @@ pub mod io;
 pub mod layout;
 pub mod receiver;
 pub mod source;
+pub mod store_object;
 
 pub use error::{Error, Result};

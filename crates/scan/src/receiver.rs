@@ -20,6 +20,7 @@ use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
 
 use crate::error::{Error, Result};
+use crate::store_object::{self, StoreSink};
 use crate::{frame, io, layout};
 
 /// How a receiver asks for batches.
@@ -42,24 +43,31 @@ pub struct Options {
 #[derive(Debug)]
 pub struct BatchReceiver {
     schema: SchemaRef,
-    queue: Queue<Result<Received>>,
+    queue: Queue<Result<Item>>,
     conn: Arc<OwnedFd>,
     cancelled: Arc<AtomicBool>,
     thread: Option<JoinHandle<bool>>,
     ended: bool,
+    untaken: Vec<[u8; 20]>,
 }
 
 impl BatchReceiver {
     /// Takes over `conn`, on which scan `opts.scan` was just opened (its
-    /// SCAN frame read), and starts receiving its batches.
-    pub fn start(conn: OwnedFd, schema: SchemaRef, opts: Options) -> Result<BatchReceiver> {
+    /// SCAN frame read), and starts receiving its batches: into memory of
+    /// its own, or (`store`) into store objects.
+    pub fn start(
+        conn: OwnedFd,
+        schema: SchemaRef,
+        opts: Options,
+        store: Option<StoreTarget>,
+    ) -> Result<BatchReceiver> {
         let conn = Arc::new(conn);
         let (tx, rx) = sync_channel(opts.queue.max(1));
         let cancelled = Arc::new(AtomicBool::new(false));
         let (c, s, stop) = (conn.clone(), schema.clone(), cancelled.clone());
         let thread = std::thread::Builder::new()
             .name("scan receiver".into())
-            .spawn(move || receive(&c, &s, opts, &tx, &stop))
+            .spawn(move || receive(&c, &s, opts, store, &tx, &stop))
             .map_err(Error::Io)?;
         Ok(BatchReceiver {
             schema,
@@ -68,6 +76,7 @@ impl BatchReceiver {
             cancelled,
             thread: Some(thread),
             ended: false,
+            untaken: Vec::new(),
         })
     }
 
@@ -82,12 +91,14 @@ impl BatchReceiver {
         if self.ended {
             return Waited::End;
         }
-        match self
-            .queue
-            .recv_timeout(wait)
-            .map(|r| r.and_then(Received::build))
-        {
-            Ok(Ok(batch)) => Waited::Batch(batch),
+        let item = self.queue.recv_timeout(wait).map(|r| {
+            r.and_then(|item| match item {
+                Item::Arrays(received) => received.build().map(Waited::Batch),
+                Item::Stored(id) => Ok(Waited::Stored(id)),
+            })
+        });
+        match item {
+            Ok(Ok(waited)) => waited,
             Ok(Err(e)) => {
                 self.ended = true;
                 Waited::Failed(e)
@@ -113,18 +124,33 @@ impl BatchReceiver {
             // Wakes the thread from a read or a send.
             // Safety: `conn` is an open socket this value owns a share of.
             unsafe { libc::shutdown(self.conn.as_raw_fd(), libc::SHUT_RDWR) };
-            // And from a full queue.
-            while self.queue.try_recv().is_ok() {}
         }
         loop {
-            // The queue may fill again until the thread sees the flag.
-            while self.queue.try_recv().is_ok() {}
+            // Empties the queue (which wakes a thread waiting on a full one;
+            // it may fill again until the thread sees the flag).
+            while let Ok(item) = self.queue.try_recv() {
+                if let Ok(Item::Stored(id)) = item {
+                    self.untaken.push(id);
+                }
+            }
             if thread.is_finished() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        thread.join().unwrap_or(false)
+        let clean = thread.join().unwrap_or(false);
+        while let Ok(item) = self.queue.try_recv() {
+            if let Ok(Item::Stored(id)) = item {
+                self.untaken.push(id);
+            }
+        }
+        clean
+    }
+
+    /// Ids of batches landed in the store that [`BatchReceiver::close`]
+    /// found still queued, never handed out: the caller deletes them.
+    pub fn take_untaken(&mut self) -> Vec<[u8; 20]> {
+        std::mem::take(&mut self.untaken)
     }
 }
 
@@ -138,6 +164,8 @@ impl Drop for BatchReceiver {
 #[derive(Debug)]
 pub enum Waited {
     Batch(RecordBatch),
+    /// The id of a batch landed in the store.
+    Stored([u8; 20]),
     End,
     Failed(Error),
     /// Nothing yet: ask again.
@@ -151,6 +179,11 @@ impl Iterator for BatchReceiver {
         loop {
             match self.next_within(Duration::from_secs(3600)) {
                 Waited::Batch(b) => return Some(Ok(b)),
+                Waited::Stored(_) => {
+                    return Some(Err(ArrowError::InvalidArgumentError(
+                        "ScanError: this scan lands its batches in a store: take their ids".into(),
+                    )))
+                }
                 Waited::End => return None,
                 Waited::Failed(e) => return Some(Err(to_arrow(e))),
                 Waited::Nothing => continue,
@@ -175,7 +208,7 @@ pub fn to_arrow(e: Error) -> ArrowError {
         Error::Protocol(_) => format!("ProtocolError: {e}"),
         Error::Query(_) => format!("QueryError: {e}"),
         Error::Layout(_) => format!("SerializationError: {e}"),
-        Error::Closed => format!("ScanError: {e}"),
+        Error::Store(_) | Error::Closed => format!("ScanError: {e}"),
     };
     match e {
         Error::Io(io) => ArrowError::IoError(text, io),
@@ -200,10 +233,19 @@ fn receive(
     conn: &OwnedFd,
     schema: &SchemaRef,
     opts: Options,
-    tx: &SyncSender<Result<Received>>,
+    mut store: Option<StoreTarget>,
+    tx: &SyncSender<Result<Item>>,
     cancelled: &AtomicBool,
 ) -> bool {
-    match run(conn, schema, opts, tx, cancelled) {
+    let outcome = run(conn, schema, opts, store.as_mut(), tx, cancelled);
+    if !matches!(outcome, Ok(true)) {
+        // Nothing half received, nor (sealing late) any batch of a scan
+        // that did not end, stays in the store.
+        if let Some(target) = store.as_mut() {
+            target.sink.abort_unsealed();
+        }
+    }
+    match outcome {
         Ok(clean) => clean,
         Err(e) => {
             if !cancelled.load(Ordering::Relaxed) {
@@ -214,11 +256,41 @@ fn receive(
     }
 }
 
+/// Where a receiver lands batches in a store, and how.
+pub struct StoreTarget {
+    /// Creates, seals and aborts the objects.
+    pub sink: Box<dyn StoreSink>,
+    /// The result's schema, Arrow IPC (it goes into every object).
+    pub schema_ipc: Vec<u8>,
+    /// Seal the objects only once the whole result is in (a scan that
+    /// fails or a client that dies leaves none); otherwise each batch is
+    /// sealed before its id is handed on.
+    pub seal_late: bool,
+}
+
+impl std::fmt::Debug for StoreTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreTarget")
+            .field("seal_late", &self.seal_late)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the receiving thread queues for the consumer.
+#[derive(Debug)]
+pub enum Item {
+    /// A batch in memory of its own, to build and validate.
+    Arrays(Received),
+    /// A batch landed in the store (its object's id).
+    Stored([u8; 20]),
+}
+
 fn run(
     conn: &OwnedFd,
     schema: &SchemaRef,
     opts: Options,
-    tx: &SyncSender<Result<Received>>,
+    mut store: Option<&mut StoreTarget>,
+    tx: &SyncSender<Result<Item>>,
     cancelled: &AtomicBool,
 ) -> Result<bool> {
     let fd = conn.as_fd();
@@ -231,15 +303,37 @@ fn run(
     let mut more = true;
     let mut fields = Vec::new();
     let pool = layout::RegionPool::shared();
+    let mut unsealed: Vec<[u8; 20]> = Vec::new();
     while in_flight > 0 {
         let (head, f) = read_frame(fd, &mut fields)?;
         match head.kind {
             frame::BATCH => {
                 let rows = frame::uint(&f, "rows")? as usize;
                 let desc = frame::desc(&f)?;
-                let batch = receive_batch(fd, schema, rows, desc, head.body_len, &pool)?;
-                if cancelled.load(Ordering::Relaxed) || tx.send(Ok(batch)).is_err() {
-                    return Ok(false); // the consumer is gone; batches are in flight
+                let mut landed = None;
+                let item = match store.as_deref_mut() {
+                    None => {
+                        Item::Arrays(receive_batch(fd, schema, rows, desc, head.body_len, &pool)?)
+                    }
+                    Some(target) => {
+                        let id = receive_into_store(fd, target, rows, &desc, head.body_len)?;
+                        if target.seal_late {
+                            unsealed.push(id);
+                        } else {
+                            target.sink.seal(id)?;
+                        }
+                        landed = Some(id);
+                        Item::Stored(id)
+                    }
+                };
+                let handed = !cancelled.load(Ordering::Relaxed) && tx.send(Ok(item)).is_ok();
+                if !handed {
+                    // The consumer is gone; batches are in flight. An object
+                    // just landed would have no owner.
+                    if let (Some(target), Some(id)) = (store.as_deref_mut(), landed) {
+                        target.sink.discard(id);
+                    }
+                    return Ok(false);
                 }
             }
             frame::DONE => {
@@ -262,10 +356,58 @@ fn run(
     loop {
         let (head, _) = read_frame(fd, &mut fields)?;
         if head.kind == frame::FINALIZED {
-            return Ok(true);
+            break;
         }
         io::skip(fd, head.body_len)?;
     }
+    if let Some(target) = store {
+        for id in unsealed {
+            target.sink.seal(id)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Receives one BATCH frame's body straight into a new store object (its
+/// header and the batch's layout written first); the object's id.
+fn receive_into_store(
+    fd: std::os::fd::BorrowedFd<'_>,
+    target: &mut StoreTarget,
+    rows: usize,
+    desc: &[i64],
+    body_len: u64,
+) -> Result<[u8; 20]> {
+    let sizes = layout::sizes(desc)?;
+    if sizes.iter().map(|&s| s as u64).sum::<u64>() != body_len {
+        return Err(Error::Protocol(
+            "a batch's body does not match its descriptor".into(),
+        ));
+    }
+    let lay = store_object::layout(&target.schema_ipc, rows as u64, desc, &sizes)
+        .ok_or_else(|| Error::Layout("a batch's object would overflow".into()))?;
+    let (id, data) = target.sink.create(lay.total)?;
+    // Safety: `data` is the new object's `lay.total` writable bytes; the
+    // header and the metadata end before the first buffer's offset, and
+    // every buffer's place lies within the object (`layout` placed them).
+    unsafe {
+        data.copy_from_nonoverlapping(lay.header.as_ptr(), lay.header.len());
+        data.add(lay.meta_at)
+            .copy_from_nonoverlapping(lay.meta.as_ptr(), lay.meta.len());
+    }
+    let places: Vec<io::Place> = lay
+        .offsets
+        .iter()
+        .zip(&sizes)
+        .map(|(&o, &len)| io::Place {
+            // Safety: as above.
+            ptr: unsafe { data.add(o) },
+            len,
+        })
+        .collect();
+    // Safety: the places are distinct ranges of the object, which only this
+    // thread writes until it is sealed.
+    unsafe { io::recv_places(fd, &places)? };
+    Ok(id)
 }
 
 fn read_frame(

@@ -231,8 +231,13 @@ class ScanClient:
             if probe is not None:
                 with contextlib.suppress(Exception):
                     into_store.delete(probe)
-        native = into_store is None and wire_format == "buffers" and isinstance(t, TcpTransport)
         via_store = bool(fields.get("via_store"))
+        native = (
+            wire_format == "buffers"
+            and isinstance(t, TcpTransport)
+            and not via_store
+            and (into_store is None or _native_client(into_store) is not None)
+        )
         s = Scan(self, t, fields["scan"], schema, into_store, via_store, native)
         s._probe = probe
         return s
@@ -260,6 +265,15 @@ class ScanClient:
 
     def __repr__(self) -> str:
         return f"ScanClient({self.address!r})"
+
+
+def _native_client(store: Any) -> Any:
+    """The native connection of a ferroplasma ``Client`` (the receiver lands
+    batches through it, from Rust), or None for any other store client."""
+    from .._native import NativeClient
+
+    native = getattr(store, "_native", None)
+    return native if isinstance(native, NativeClient) else None
 
 
 def typed_error(e: Exception) -> Exception:
@@ -323,6 +337,7 @@ class Scan:
 
         self._can_go_native = False
         # From here the receiver owns the connection (it is not pooled).
+        store = None if self.store is None else _native_client(self.store)
         self._native = NativeScanReceiver(
             self.t.detach(),
             self.scan,
@@ -331,6 +346,9 @@ class Scan:
             _PER_ITERATE,
             _ITERATE_BYTES,
             _QUEUE,
+            store=store,
+            schema_ipc=self.schema_bytes if store is not None else None,
+            seal_late=self._seal_late,
         )
         return True
 
@@ -433,6 +451,9 @@ class Scan:
         import pyarrow as pa
 
         try:
+            if self.store is not None:  # landed in the store: their ids
+                while (oid := self._native.next_id()) is not None:
+                    yield ObjectID(oid)
             while (got := self._native.next_batch()) is not None:
                 yield pa.RecordBatch._import_from_c_capsule(*got)
         finally:

@@ -190,7 +190,11 @@ class _Scan:
         discarded; those sent too, unless the client ``finalized`` the scan
         (a client that went away midway would leave them with no owner)."""
         if self.native is not None:
-            self.native.close()  # joins the producer before DuckDB goes
+            # A query still running (a long sort) stops at once; then the
+            # producer is joined before DuckDB goes.
+            with contextlib.suppress(Exception):
+                self.con.interrupt()
+            self.native.close()
         unsent = [item.id for item in self._ready if isinstance(item, _Stored)]
         self._ready.clear()
         for oid in unsent:
@@ -289,6 +293,7 @@ class ScanServer:
         self._ids = itertools.count(1)
         self._open_scans = 0
         self._connections: set[Transport] = set()
+        self._serving: set[threading.Thread] = set()
         self._batches_sent = 0
         self._bytes_sent = 0
         self._store_batches = 0
@@ -410,8 +415,16 @@ class ScanServer:
         self._refusals.flush()
         with self._lock:
             conns = list(self._connections)
+            serving = list(self._serving)
         for t in conns:
             t.close()
+        # Their threads end their scans (DuckDB and the native producer
+        # threads with them) before this returns: an interpreter that exits
+        # meanwhile would end a thread inside DuckDB or Rust, and abort.
+        deadline = time.monotonic() + 10.0
+        for th in serving:
+            if th is not threading.current_thread():
+                th.join(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> ScanServer:
         return self
@@ -438,6 +451,8 @@ class ScanServer:
     def _serve_connection(self, t: Transport, peer: str) -> None:
         scans: dict[int, _Scan] = {}
         store: list[Any] = []  # the store client, connected on first use
+        with self._lock:
+            self._serving.add(threading.current_thread())
         try:
             while True:
                 kind, fields, body_len = wire.recv(t)
@@ -463,6 +478,7 @@ class ScanServer:
             with self._lock:
                 self._open_scans -= len(scans)
                 self._connections.discard(t)
+                self._serving.discard(threading.current_thread())
             t.close()
 
     def _check_hello(self, fields: dict[str, Any]) -> HelloAnswer:
