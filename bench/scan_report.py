@@ -134,12 +134,13 @@ def plot(d: dict, out: str) -> None:
         for ax, setup in zip(axes[0], setups):
             v = d["setups"][setup]
             widths = [w["columns"] for w in v["widths"]]
-            for m, label in METHODS.items():
+            for i, (m, label) in enumerate(METHODS.items()):
                 key = f"{m}/{mode}"
                 if key not in v["widths"][0]:
                     continue
                 ys = [gbs(w, key) if mode == "transport" else w[key] for w in v["widths"]]
-                ax.plot(widths, ys, marker="o", label=label)
+                # One colour per method in every panel.
+                ax.plot(widths, ys, marker="o", label=label, color=f"C{i}")
             if mode == "transport":
                 ax.axhline(v["raw_tcp_bytes_s"] / 1e9, color="gray", ls="--", label="raw TCP")
                 ax.set_yscale("log")
