@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -316,6 +317,17 @@ def test_reading_a_scan_runs_no_python_per_batch(scan):
     assert sum(calls.values()) < 20, calls
 
 
+def test_closing_a_scan_ends_it_even_when_read_through_the_c_stream(scan):
+    s = scan.open("SELECT * FROM dataset", "big.parquet", batch_rows=1000)
+    reader = s.reader()
+    assert reader.read_next_batch().num_rows == 1000
+    s.close()
+    eventually(lambda: scan.status()["scans"] == 0, what="the scan freed")
+    with pytest.raises(StopIteration):  # what was queued, then the end
+        while True:
+            reader.read_next_batch()
+
+
 def test_closing_a_scan_early_frees_it_on_the_server(scan):
     sql = "SELECT * FROM dataset"
     with scan.open(sql, "big.parquet", batch_rows=1000) as s:
@@ -562,8 +574,24 @@ def test_a_server_stopped_mid_scan_exits_cleanly(root):
             dropped = scan.open(sql, "big.parquet", batch_rows=1000)
             next(iter(dropped))
             dropped.close()
+            # And one whose producer thread is busy inside DuckDB (a cross
+            # product of 9e10 rows, read and dropped as it streams).
+            endless = scan.open("SELECT a.k, b.k FROM dataset a, dataset b", "big.parquet")
+            gone: list[str] = []
+
+            def drain(s=endless, gone=gone):
+                try:
+                    collections.deque(s.reader(), maxlen=0)
+                except OSError as e:  # the server went away: that is the point
+                    gone.append(str(e))
+
+            reading_endless = threading.Thread(target=drain, daemon=True)
+            reading_endless.start()
+            time.sleep(0.5)
             proc.terminate()
             assert proc.wait(timeout=30) == 0
+            reading_endless.join(timeout=30)
+            assert gone and "ScanServerUnavailable" in gone[0]
         finally:
             proc.kill()
             proc.wait(timeout=10)

@@ -7,7 +7,8 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,10 +17,10 @@ use arrow_array::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use arrow_array::{Array, StructArray};
 use arrow_schema::Schema;
 use ferroplasma_client::{MutableBuffer, ObjectId};
-use ferroplasma_scan::receiver::{BatchReceiver, Options, StoreTarget, Waited};
+use ferroplasma_scan::receiver::{BatchReceiver, Canceller, Options, StoreTarget, Waited};
 use ferroplasma_scan::source::BatchSource;
 use ferroplasma_scan::store_object::StoreSink;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyCapsuleMethods};
 
@@ -80,15 +81,22 @@ impl NativeScanSource {
         max_batches: u64,
         budget: Option<u64>,
     ) -> PyResult<(u64, u64, bool)> {
+        if fd < 0 {
+            return Err(PyOSError::new_err("the connection is closed"));
+        }
+        // A descriptor of its own for the send: the caller's socket may be
+        // closed by another thread (a server stopping) while this waits for
+        // DuckDB, and its number reused; a shutdown still reaches this one.
+        // Safety: `fd` is the caller's open socket while it holds the GIL,
+        // which it does until this line.
+        let conn = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
         let inner = &self.inner;
-        // Safety: the work touches Rust data only; `fd` is the caller's
-        // open socket, which it does not use until this returns.
+        // Safety: the work touches Rust data only.
         let sent = unsafe {
             detach(py, move || {
                 let mut guard = locked(inner);
                 let source = guard.as_mut().ok_or(ferroplasma_scan::Error::Closed)?;
-                let fd = BorrowedFd::borrow_raw(fd);
-                source.send(fd, scan, max_batches, budget)
+                source.send(conn.as_fd(), scan, max_batches, budget)
             })
         }
         .map_err(|e| scan_to_py(e, ScanSide::Server))?;
@@ -113,6 +121,11 @@ impl NativeScanSource {
 #[derive(Debug)]
 pub struct NativeScanReceiver {
     inner: Arc<Mutex<Option<BatchReceiver>>>,
+    /// Stops the receiver even while a reader waits inside it.
+    canceller: Canceller,
+    /// True once handed out as an Arrow C stream (which then owns the scan:
+    /// dropping this object must not end it).
+    exported: AtomicBool,
     /// The store batches land in, if any (to delete those never handed out).
     store: Option<Py<NativeClient>>,
 }
@@ -178,7 +191,9 @@ impl NativeScanReceiver {
         let receiver = BatchReceiver::start(conn, Arc::new(schema), opts, store)
             .map_err(|e| scan_to_py(e, ScanSide::Client))?;
         Ok(NativeScanReceiver {
+            canceller: receiver.canceller(),
             inner: Arc::new(Mutex::new(Some(receiver))),
+            exported: AtomicBool::new(false),
             store: kept,
         })
     }
@@ -264,22 +279,39 @@ impl NativeScanReceiver {
                 "a scan's batches come in the server's schema; cast them after reading",
             ));
         }
-        let receiver = locked(&self.inner)
-            .take()
-            .ok_or_else(|| ScanError::new_err("the scan was closed or is already a stream"))?;
-        let stream = FFI_ArrowArrayStream::new(Box::new(receiver));
+        let schema = match locked(&self.inner).as_ref() {
+            Some(r) if !self.exported.swap(true, Ordering::Relaxed) => r.schema(),
+            _ => {
+                return Err(ScanError::new_err(
+                    "the scan was closed or is already a stream",
+                ))
+            }
+        };
+        let reader = SharedReader {
+            inner: self.inner.clone(),
+            schema,
+        };
+        let stream = FFI_ArrowArrayStream::new(Box::new(reader));
         PyCapsule::new(py, stream, Some(STREAM.to_owned()))
     }
 
     /// Ends the scan (a receiver still running drops the connection, and
-    /// the server frees the scan); batches landed in the store but never
-    /// handed out are deleted. Idempotent; true if the scan had ended
-    /// cleanly.
+    /// the server frees the scan), also once handed out as a C stream;
+    /// batches landed in the store but never handed out are deleted.
+    /// Idempotent; true if the scan had ended cleanly.
     fn close(&self, py: Python<'_>) -> bool {
+        self.shut(py)
+    }
+}
+
+impl NativeScanReceiver {
+    fn shut(&self, py: Python<'_>) -> bool {
+        self.canceller.cancel();
         let inner = &self.inner;
         let store = self.store.as_ref().map(|s| s.get());
         // Safety: Rust data only (`NativeClient` is used without the GIL, as
-        // its own methods do).
+        // its own methods do). The cancel above ends a reader holding the
+        // lock.
         unsafe {
             detach(py, move || {
                 let Some(mut r) = locked(inner).take() else {
@@ -293,6 +325,37 @@ impl NativeScanReceiver {
                 clean
             })
         }
+    }
+}
+
+impl Drop for NativeScanReceiver {
+    fn drop(&mut self) {
+        // Never read to the end nor closed (a generator never resumed): end
+        // it here, unless a C stream owns it now.
+        if !self.exported.load(Ordering::Relaxed) {
+            Python::attach(|py| self.shut(py));
+        }
+    }
+}
+
+/// The receiver as the Arrow C stream reads it, shared with the
+/// `NativeScanReceiver` so that `close()` still ends it.
+struct SharedReader {
+    inner: Arc<Mutex<Option<BatchReceiver>>>,
+    schema: arrow_schema::SchemaRef,
+}
+
+impl Iterator for SharedReader {
+    type Item = Result<arrow_array::RecordBatch, arrow_schema::ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        locked(&self.inner).as_mut().and_then(Iterator::next)
+    }
+}
+
+impl arrow_array::RecordBatchReader for SharedReader {
+    fn schema(&self) -> arrow_schema::SchemaRef {
+        self.schema.clone()
     }
 }
 
@@ -316,6 +379,12 @@ impl StoreSink for ClientSink {
         let mut buf = client
             .create_waiting(id, size as u64, &[], wait)
             .map_err(store_error)?;
+        if buf.len() < size {
+            let _ = client.abort(buf);
+            return Err(ferroplasma_scan::Error::Layout(format!(
+                "the store made {size} bytes smaller than asked"
+            )));
+        }
         let data = buf.as_mut_ptr();
         self.created.insert(id.0, buf);
         Ok((id.0, data))

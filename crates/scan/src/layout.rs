@@ -300,13 +300,12 @@ impl Landing {
         let (offsets, end) =
             place(&sizes).ok_or_else(|| Error::Layout("a batch's buffers overflow".into()))?;
         let raw = pool.take(end)?;
-        let size = raw.layout.size();
         let region = Region {
             raw: Some(raw),
             home: Arc::downgrade(pool),
         };
         let mut at = 0;
-        for (&o, &s) in offsets.iter().zip(&sizes).chain([(&size, &0)]) {
+        for (&o, &s) in offsets.iter().zip(&sizes).chain([(&end, &0)]) {
             // Safety: `at..o` lies inside the region (offsets grow and end
             // within its size), and is not a buffer's place.
             unsafe { region.ptr().add(at).write_bytes(0, o - at) };
@@ -405,6 +404,19 @@ impl Cursor<'_> {
         }
         let mut own = own.into_iter();
         let validity = own.next().flatten();
+        // arrow-rs asserts (panics) on a bitmap too short for its rows,
+        // before it validates anything: refuse it here.
+        if let Some(v) = &validity {
+            let bits = offset
+                .checked_add(len)
+                .filter(|&b| b <= v.len().saturating_mul(8));
+            if bits.is_none() {
+                return Err(Error::Layout(format!(
+                    "a {dt} validity bitmap of {} bytes for {len} rows at offset {offset}",
+                    v.len()
+                )));
+            }
+        }
         let mut b = ArrayData::builder(dt.clone())
             .len(len)
             .offset(offset)
@@ -438,7 +450,25 @@ impl Cursor<'_> {
 }
 
 /// A `RecordBatch` of `schema` around `bufs` (not copied), as `desc` says.
+/// Every error is a [`Error::Layout`], even one arrow-rs would report by
+/// panicking: bytes from a peer never end the process.
 pub fn rebuild(
+    schema: &SchemaRef,
+    rows: usize,
+    desc: &[i64],
+    bufs: Vec<Buffer>,
+) -> Result<RecordBatch> {
+    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rebuild_checked(schema, rows, desc, bufs)
+    }));
+    built.unwrap_or_else(|_| {
+        Err(Error::Layout(
+            "buffers that do not make the arrays the schema says".into(),
+        ))
+    })
+}
+
+fn rebuild_checked(
     schema: &SchemaRef,
     rows: usize,
     desc: &[i64],
@@ -586,5 +616,17 @@ mod tests {
         assert!(rebuild(&batch.schema(), 2, &desc[..5], bufs.clone()).is_err());
         assert!(sizes(&[1, 0, 0, -5, 0, 0]).is_err());
         assert!(sizes(&[1, 0, 0, 1 << 40, 0, 0]).is_err());
+        // A validity bitmap too short for its rows (arrow-rs would panic).
+        let nulls = RecordBatch::try_from_iter([(
+            "i",
+            Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])) as ArrayRef,
+        )])
+        .unwrap();
+        let (mut d, b) = flatten(&nulls);
+        d[0] = 4000;
+        assert!(rebuild(&nulls.schema(), 4000, &d, b.clone()).is_err());
+        d[0] = 3;
+        d[2] = 1 << 40;
+        assert!(rebuild(&nulls.schema(), 3, &d, b).is_err());
     }
 }

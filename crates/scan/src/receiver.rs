@@ -111,6 +111,15 @@ impl BatchReceiver {
         }
     }
 
+    /// A handle that stops this receiver from any thread, without the
+    /// receiver itself (which a reader may be blocked in).
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            cancelled: self.cancelled.clone(),
+            conn: self.conn.clone(),
+        }
+    }
+
     /// Ends the scan: a receiver still running drops the connection (the
     /// server then frees the scan). True if the connection ended cleanly
     /// (every batch read and the scan finalized).
@@ -157,6 +166,23 @@ impl BatchReceiver {
 impl Drop for BatchReceiver {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// Stops a [`BatchReceiver`]'s thread: it drops the connection, and a
+/// consumer waiting for a batch sees the end.
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    cancelled: Arc<AtomicBool>,
+    conn: Arc<OwnedFd>,
+}
+
+impl Canceller {
+    /// Stops the receiving thread (idempotent).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        // Safety: `conn` is an open socket this handle owns a share of.
+        unsafe { libc::shutdown(self.conn.as_raw_fd(), libc::SHUT_RDWR) };
     }
 }
 
@@ -237,7 +263,14 @@ fn receive(
     tx: &SyncSender<Result<Item>>,
     cancelled: &AtomicBool,
 ) -> bool {
-    let outcome = run(conn, schema, opts, store.as_mut(), tx, cancelled);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(conn, schema, opts, store.as_mut(), tx, cancelled)
+    }))
+    .unwrap_or_else(|_| {
+        Err(Error::Protocol(
+            "the scan's receiver failed on what the server sent".into(),
+        ))
+    });
     if !matches!(outcome, Ok(true)) {
         // Nothing half received, nor (sealing late) any batch of a scan
         // that did not end, stays in the store.
@@ -316,7 +349,8 @@ fn run(
                         Item::Arrays(receive_batch(fd, schema, rows, desc, head.body_len, &pool)?)
                     }
                     Some(target) => {
-                        let id = receive_into_store(fd, target, rows, &desc, head.body_len)?;
+                        let id =
+                            receive_into_store(fd, target, schema, rows, &desc, head.body_len)?;
                         if target.seal_late {
                             unsealed.push(id);
                         } else {
@@ -336,6 +370,9 @@ fn run(
                     return Ok(false);
                 }
             }
+            frame::DONE | frame::ERROR if head.body_len != 0 => {
+                return Err(Error::Protocol("a DONE or ERROR frame with a body".into()))
+            }
             frame::DONE => {
                 in_flight -= 1;
                 more = more && f.get("more").and_then(|v| v.as_bool()).unwrap_or(false);
@@ -354,11 +391,12 @@ fn run(
     }
     io::send_all(fd, &[&frame::finalize(opts.scan)])?;
     loop {
-        let (head, _) = read_frame(fd, &mut fields)?;
-        if head.kind == frame::FINALIZED {
-            break;
+        let (head, f) = read_frame(fd, &mut fields)?;
+        match head.kind {
+            frame::FINALIZED => break,
+            frame::ERROR => return Err(frame::remote_error(&f)),
+            _ => io::skip(fd, head.body_len)?,
         }
-        io::skip(fd, head.body_len)?;
     }
     if let Some(target) = store {
         for id in unsealed {
@@ -373,12 +411,13 @@ fn run(
 fn receive_into_store(
     fd: std::os::fd::BorrowedFd<'_>,
     target: &mut StoreTarget,
+    schema: &SchemaRef,
     rows: usize,
     desc: &[i64],
     body_len: u64,
 ) -> Result<[u8; 20]> {
     let sizes = layout::sizes(desc)?;
-    if sizes.iter().map(|&s| s as u64).sum::<u64>() != body_len {
+    if sizes.iter().try_fold(0u64, |a, &s| a.checked_add(s as u64)) != Some(body_len) {
         return Err(Error::Protocol(
             "a batch's body does not match its descriptor".into(),
         ));
@@ -407,6 +446,28 @@ fn receive_into_store(
     // Safety: the places are distinct ranges of the object, which only this
     // thread writes until it is sealed.
     unsafe { io::recv_places(fd, &places)? };
+    // Validated as the in-memory path is, before anyone can read it: every
+    // process on the host reads these objects.
+    let owner: Arc<dyn arrow_buffer::alloc::Allocation> = Arc::new(());
+    let views = places
+        .iter()
+        .map(|p| {
+            // Safety: `p` is a filled range of the object, alive until the
+            // sink seals or aborts it, after these views are gone; `owner`
+            // owns nothing, so dropping the views frees nothing.
+            unsafe {
+                arrow_buffer::Buffer::from_custom_allocation(
+                    std::ptr::NonNull::new(p.ptr).unwrap_or(std::ptr::NonNull::dangling()),
+                    p.len,
+                    owner.clone(),
+                )
+            }
+        })
+        .collect();
+    if let Err(e) = layout::rebuild(schema, rows, desc, views) {
+        target.sink.discard(id);
+        return Err(e);
+    }
     Ok(id)
 }
 
@@ -450,7 +511,7 @@ pub fn receive_batch(
     pool: &Arc<layout::RegionPool>,
 ) -> Result<Received> {
     let sizes = layout::sizes(&desc)?;
-    if sizes.iter().map(|&s| s as u64).sum::<u64>() != body_len {
+    if sizes.iter().try_fold(0u64, |a, &s| a.checked_add(s as u64)) != Some(body_len) {
         return Err(Error::Protocol(
             "a batch's body does not match its descriptor".into(),
         ));

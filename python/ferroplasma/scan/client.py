@@ -317,10 +317,10 @@ class Scan:
         self._done = False
         self._seal_late = False  # see ScanClient.query
         self._unsealed: list[ObjectID] = []
-        # Batches the server places in the store: how many were asked for and
-        # how many ids came, so that those lost on their way can be deleted.
+        # Batches the server places in the store: requests unanswered and ids
+        # received, so that those lost on their way can be deleted.
         self._probe: ObjectID | None = None
-        self._asked = 0
+        self._in_flight = 0  # ITERATEs sent and not yet answered with DONE
         self._ids_seen = 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -410,6 +410,7 @@ class Scan:
                     yield ObjectID.from_hex(f["id"])
                 elif kind == wire.DONE:
                     in_flight -= 1
+                    self._in_flight -= 1
                     more = more and bool(f.get("more"))
                     if more:
                         self._ask()
@@ -465,16 +466,18 @@ class Scan:
         ids never arrived (a server that died with them on the wire): every
         batch number asked for beyond those received. Those the server never
         sealed went with it."""
-        if self._probe is None or self._asked <= self._ids_seen:
+        if self._probe is None or not self._in_flight:
             return
         from .server import batch_ids
 
-        names = itertools.islice(batch_ids(self._probe), self._ids_seen, self._asked)
+        # Only ITERATEs still unanswered can have sent ids that never came.
+        last = self._ids_seen + self._in_flight * _PER_ITERATE
+        names = itertools.islice(batch_ids(self._probe), self._ids_seen, last)
         with contextlib.suppress(Exception):
             self.store.delete(list(names))
 
     def _ask(self) -> None:
-        self._asked += _PER_ITERATE
+        self._in_flight += 1
         wire.send(
             self.t,
             wire.ITERATE,

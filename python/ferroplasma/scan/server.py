@@ -185,15 +185,21 @@ class _Scan:
         serialization.seal_batch_object(self.store, item.id)
         self.sent_ids.append(item.id)
 
+    def interrupt(self) -> None:
+        """Stops DuckDB's query, from any thread (it then fails the batch
+        being produced)."""
+        with contextlib.suppress(Exception):
+            self.con.interrupt()
+
     def close(self, finalized: bool) -> None:
         """Ends the scan. Batches placed in the store and never sent are
         discarded; those sent too, unless the client ``finalized`` the scan
-        (a client that went away midway would leave them with no owner)."""
+        (a client that went away midway would leave them with no owner, so a
+        scan that fails deletes even those its client already received)."""
         if self.native is not None:
             # A query still running (a long sort) stops at once; then the
             # producer is joined before DuckDB goes.
-            with contextlib.suppress(Exception):
-                self.con.interrupt()
+            self.interrupt()
             self.native.close()
         unsent = [item.id for item in self._ready if isinstance(item, _Stored)]
         self._ready.clear()
@@ -294,6 +300,7 @@ class ScanServer:
         self._open_scans = 0
         self._connections: set[Transport] = set()
         self._serving: set[threading.Thread] = set()
+        self._running: set[_Scan] = set()  # open scans, to interrupt on close
         self._batches_sent = 0
         self._bytes_sent = 0
         self._store_batches = 0
@@ -305,7 +312,13 @@ class ScanServer:
         #: ``ucx://HOST:PORT`` when also serving over UCX (``ucx_listen``).
         self.ucx_address: str | None = None
         if ucx_listen is not None:
-            self._listen_ucx(ucx_listen, host)
+            try:
+                self._listen_ucx(ucx_listen, host)
+            except Exception as e:
+                self._sock.close()
+                if isinstance(e, (OSError, ValueError)):
+                    raise
+                raise OSError(f"cannot listen on UCX {ucx_listen!r}: {e}") from None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -321,13 +334,17 @@ class ScanServer:
                 t.close()
                 return
             self._connections.add(t)
+        th = threading.Thread(
+            target=self._serve_connection, args=(t, peer), daemon=True, name=f"scan {peer}"
+        )
+        with self._lock:
+            self._serving.add(th)  # here, so that close() joins it however early
         try:
-            threading.Thread(
-                target=self._serve_connection, args=(t, peer), daemon=True, name=f"scan {peer}"
-            ).start()
+            th.start()
         except RuntimeError as e:  # the system has no thread to give
             with self._lock:
                 self._connections.discard(t)
+                self._serving.discard(th)
             t.close()
             self._refusals("thread", peer, f"no thread to serve it: {e}")
 
@@ -338,7 +355,6 @@ class ScanServer:
             listen = listen[len(ucx.SCHEME) :]
         host, port = parse_address(listen)
         if not ucx.available():
-            self._sock.close()
             raise ValueError(
                 f"--ucx-listen {listen!r} needs the UCX binding: pip install ucxx-cu12"
             )
@@ -416,6 +432,9 @@ class ScanServer:
         with self._lock:
             conns = list(self._connections)
             serving = list(self._serving)
+            running = list(self._running)
+        for scan in running:  # a long query holds its thread in DuckDB
+            scan.interrupt()
         for t in conns:
             t.close()
         # Their threads end their scans (DuckDB and the native producer
@@ -452,7 +471,7 @@ class ScanServer:
         scans: dict[int, _Scan] = {}
         store: list[Any] = []  # the store client, connected on first use
         with self._lock:
-            self._serving.add(threading.current_thread())
+            self._serving.add(threading.current_thread())  # a UCX one comes here
         try:
             while True:
                 kind, fields, body_len = wire.recv(t)
@@ -474,9 +493,13 @@ class ScanServer:
             log.exception("scan client %s: unexpected error; closing its connection", peer)
         finally:
             for s in scans.values():
-                s.close(finalized=False)
+                try:
+                    s.close(finalized=False)
+                except Exception:  # one scan's failure must not keep the rest open
+                    log.exception("scan client %s: closing a scan failed", peer)
             with self._lock:
                 self._open_scans -= len(scans)
+                self._running.difference_update(scans.values())
                 self._connections.discard(t)
                 self._serving.discard(threading.current_thread())
             t.close()
@@ -532,6 +555,7 @@ class ScanServer:
                 scan.close(finalized=True)
                 with self._lock:
                     self._open_scans -= 1
+                    self._running.discard(scan)
             wire.send(t, wire.FINALIZED, {"scan": scan_id})
         elif kind == wire.STATUS:
             wire.send(t, wire.STATUS_REPLY, self.status())
@@ -575,6 +599,7 @@ class ScanServer:
         scans[scan_id] = scan
         with self._lock:
             self._open_scans += 1
+            self._running.add(scan)
         wire.send(
             t, wire.SCAN, {"scan": scan_id, "via_store": via_store}, [scan.schema.serialize()]
         )

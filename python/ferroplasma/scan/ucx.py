@@ -128,7 +128,13 @@ class UcxTransport(Transport):
 
     def recv_into(self, views: Sequence[memoryview]) -> None:
         ep = self._endpoint()
-        _wait([ep.stream_recv(self._array(v)) for v in _byte_views(views)], self.deadline)
+        try:
+            _wait([ep.stream_recv(self._array(v)) for v in _byte_views(views)], self.deadline)
+        except TimeoutError:
+            # The receives are still posted into ``views``: close (which
+            # cancels them) while this frame keeps the memory alive.
+            self.close()
+            raise
 
     def close(self) -> None:
         ep, self.ep = self.ep, None
