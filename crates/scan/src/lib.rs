@@ -12,6 +12,8 @@
 //! - [`layout`] — a record batch as a flat descriptor plus its buffers, and
 //!   back (the same descriptor as `ferroplasma.arrow_layout`).
 //! - [`io`] — gather sends and scatter receives on a socket descriptor.
+//! - [`region`] — the aligned regions batches land in, and the pool that
+//!   keeps them for the next batches.
 //! - [`source`] — the server side: a DuckDB result (any Arrow C stream) read
 //!   one batch ahead by a producer thread while the previous one is sent.
 //! - [`receiver`] — the client side: a thread that asks for batches, lands
@@ -26,6 +28,7 @@ pub mod frame;
 pub mod io;
 pub mod layout;
 pub mod receiver;
+pub mod region;
 pub mod source;
 pub mod store_object;
 

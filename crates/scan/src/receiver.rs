@@ -12,7 +12,7 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver as Queue, RecvTimeoutError, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 
 use crate::error::{Error, Result};
 use crate::store_object::{self, StoreSink};
-use crate::{frame, io, layout};
+use crate::{frame, io, layout, region};
 
 /// How a receiver asks for batches.
 #[derive(Debug, Clone, Copy)]
@@ -116,7 +116,7 @@ impl BatchReceiver {
     pub fn canceller(&self) -> Canceller {
         Canceller {
             cancelled: self.cancelled.clone(),
-            conn: self.conn.clone(),
+            conn: Arc::downgrade(&self.conn),
         }
     }
 
@@ -174,15 +174,19 @@ impl Drop for BatchReceiver {
 #[derive(Debug, Clone)]
 pub struct Canceller {
     cancelled: Arc<AtomicBool>,
-    conn: Arc<OwnedFd>,
+    /// Weak: the handle must not keep the socket open once the receiver is
+    /// gone (the server would go on sending into a full window, never told).
+    conn: Weak<OwnedFd>,
 }
 
 impl Canceller {
     /// Stops the receiving thread (idempotent).
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::Relaxed);
-        // Safety: `conn` is an open socket this handle owns a share of.
-        unsafe { libc::shutdown(self.conn.as_raw_fd(), libc::SHUT_RDWR) };
+        if let Some(conn) = self.conn.upgrade() {
+            // Safety: `conn` is an open socket, kept open by the upgrade.
+            unsafe { libc::shutdown(conn.as_raw_fd(), libc::SHUT_RDWR) };
+        }
     }
 }
 
@@ -335,7 +339,7 @@ fn run(
     }
     let mut more = true;
     let mut fields = Vec::new();
-    let pool = layout::RegionPool::shared();
+    let pool = region::RegionPool::shared();
     let mut unsealed: Vec<[u8; 20]> = Vec::new();
     while in_flight > 0 {
         let (head, f) = read_frame(fd, &mut fields)?;
@@ -508,7 +512,7 @@ pub fn receive_batch(
     rows: usize,
     desc: Vec<i64>,
     body_len: u64,
-    pool: &Arc<layout::RegionPool>,
+    pool: &Arc<region::RegionPool>,
 ) -> Result<Received> {
     let sizes = layout::sizes(&desc)?;
     if sizes.iter().try_fold(0u64, |a, &s| a.checked_add(s as u64)) != Some(body_len) {
@@ -516,7 +520,7 @@ pub fn receive_batch(
             "a batch's body does not match its descriptor".into(),
         ));
     }
-    let landing = layout::Landing::new(sizes, pool)?;
+    let landing = region::Landing::new(sizes, pool)?;
     // Safety: the places are `landing`'s, writable and not otherwise used.
     unsafe { io::recv_places(fd, &landing.places())? };
     Ok(Received {

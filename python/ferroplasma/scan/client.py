@@ -468,7 +468,7 @@ class Scan:
         sealed went with it."""
         if self._probe is None or not self._in_flight:
             return
-        from .server import batch_ids
+        from .result import batch_ids
 
         # Only ITERATEs still unanswered can have sent ids that never came.
         last = self._ids_seen + self._in_flight * _PER_ITERATE
