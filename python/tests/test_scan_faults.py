@@ -45,8 +45,9 @@ _KILLED_CLIENT = """
 import os, sys, ferroplasma as fp
 client = fp.connect(sys.argv[1])
 scan = fp.scan.connect(sys.argv[2])
-if sys.argv[3] == "query":  # lands the batches itself (a remote server)
-    scan.query("SELECT * FROM dataset", "big.parquet", into_store=client, batch_rows=2000)
+if sys.argv[3] == "query":  # lands the batches itself (a remote server), without end
+    sql = "SELECT a.k, b.s FROM dataset a, dataset b"  # 9e10 rows: killed long before
+    scan.query(sql, "big.parquet", into_store=client, batch_rows=2000)
 else:  # the server places them (same store); stop after a few ids
     s = scan.open("SELECT * FROM dataset", "big.parquet", into_store=client, batch_rows=2000)
     it = iter(s)

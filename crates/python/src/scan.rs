@@ -19,7 +19,7 @@ use arrow_schema::Schema;
 use ferroplasma_client::{MutableBuffer, ObjectId};
 use ferroplasma_scan::receiver::{BatchReceiver, Canceller, Options, StoreTarget, Waited};
 use ferroplasma_scan::source::BatchSource;
-use ferroplasma_scan::store_object::StoreSink;
+use ferroplasma_scan::store_object::{Hold, StoreSink};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyCapsuleMethods};
@@ -390,15 +390,16 @@ impl StoreSink for ClientSink {
         Ok((id.0, data))
     }
 
-    fn seal(&mut self, id: [u8; 20]) -> ferroplasma_scan::Result<()> {
+    fn seal(&mut self, id: [u8; 20]) -> ferroplasma_scan::Result<Hold> {
         let buf = self
             .created
             .remove(&id)
             .ok_or(ferroplasma_scan::Error::Closed)?;
-        // The sealed buffer holds the creator's reference; dropping it lets
-        // go, as Python's put_batch_object releases after sealing.
-        drop(self.owner.get().client().seal(buf).map_err(store_error)?);
-        Ok(())
+        // The sealed buffer holds the creator's reference: the receiver keeps
+        // it while the id waits in its queue, then lets go, as Python's
+        // put_batch_object releases after sealing.
+        let sealed = self.owner.get().client().seal(buf).map_err(store_error)?;
+        Ok(Hold(Box::new(sealed)))
     }
 
     fn abort_unsealed(&mut self) {

@@ -20,7 +20,7 @@ use arrow_array::{RecordBatch, RecordBatchReader};
 use arrow_schema::{ArrowError, SchemaRef};
 
 use crate::error::{Error, Result};
-use crate::store_object::{self, StoreSink};
+use crate::store_object::{self, Hold, StoreSink};
 use crate::{frame, io, layout, region};
 
 /// How a receiver asks for batches.
@@ -94,7 +94,8 @@ impl BatchReceiver {
         let item = self.queue.recv_timeout(wait).map(|r| {
             r.and_then(|item| match item {
                 Item::Arrays(received) => received.build().map(Waited::Batch),
-                Item::Stored(id) => Ok(Waited::Stored(id)),
+                // The hold goes here: the id is the consumer's from now on.
+                Item::Stored(id, _hold) => Ok(Waited::Stored(id)),
             })
         });
         match item {
@@ -130,15 +131,13 @@ impl BatchReceiver {
         self.ended = true;
         if !thread.is_finished() {
             self.cancelled.store(true, Ordering::Relaxed);
-            // Wakes the thread from a read or a send.
-            // Safety: `conn` is an open socket this value owns a share of.
-            unsafe { libc::shutdown(self.conn.as_raw_fd(), libc::SHUT_RDWR) };
+            abort_connection(&self.conn);
         }
         loop {
             // Empties the queue (which wakes a thread waiting on a full one;
             // it may fill again until the thread sees the flag).
             while let Ok(item) = self.queue.try_recv() {
-                if let Ok(Item::Stored(id)) = item {
+                if let Ok(Item::Stored(id, _)) = item {
                     self.untaken.push(id);
                 }
             }
@@ -149,7 +148,7 @@ impl BatchReceiver {
         }
         let clean = thread.join().unwrap_or(false);
         while let Ok(item) = self.queue.try_recv() {
-            if let Ok(Item::Stored(id)) = item {
+            if let Ok(Item::Stored(id, _)) = item {
                 self.untaken.push(id);
             }
         }
@@ -184,9 +183,32 @@ impl Canceller {
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::Relaxed);
         if let Some(conn) = self.conn.upgrade() {
-            // Safety: `conn` is an open socket, kept open by the upgrade.
-            unsafe { libc::shutdown(conn.as_raw_fd(), libc::SHUT_RDWR) };
+            abort_connection(&conn);
         }
+    }
+}
+
+/// Ends a scan's connection abortively: the close sends a reset, not a FIN.
+/// The server may be blocked sending into this socket's full window; after a
+/// FIN alone it would wait there for a window that never reopens (seen as a
+/// scan never freed), while a reset fails its send at once. The shutdown
+/// wakes this side's receiving thread.
+fn abort_connection(conn: &OwnedFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // Safety: `conn` is an open socket; the option value is a valid
+    // `linger` of the size given.
+    unsafe {
+        libc::setsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+        libc::shutdown(conn.as_raw_fd(), libc::SHUT_RDWR);
     }
 }
 
@@ -318,8 +340,9 @@ impl std::fmt::Debug for StoreTarget {
 pub enum Item {
     /// A batch in memory of its own, to build and validate.
     Arrays(Received),
-    /// A batch landed in the store (its object's id).
-    Stored([u8; 20]),
+    /// A batch landed in the store: its object's id, and (sealed as it
+    /// landed) a reference that keeps it from eviction while it waits.
+    Stored([u8; 20], Option<Hold>),
 }
 
 fn run(
@@ -355,13 +378,14 @@ fn run(
                     Some(target) => {
                         let id =
                             receive_into_store(fd, target, schema, rows, &desc, head.body_len)?;
-                        if target.seal_late {
+                        let hold = if target.seal_late {
                             unsealed.push(id);
+                            None
                         } else {
-                            target.sink.seal(id)?;
-                        }
+                            Some(target.sink.seal(id)?)
+                        };
                         landed = Some(id);
-                        Item::Stored(id)
+                        Item::Stored(id, hold)
                     }
                 };
                 let handed = !cancelled.load(Ordering::Relaxed) && tx.send(Ok(item)).is_ok();
@@ -404,7 +428,7 @@ fn run(
     }
     if let Some(target) = store {
         for id in unsealed {
-            target.sink.seal(id)?;
+            drop(target.sink.seal(id)?); // their ids are the consumer's already
         }
     }
     Ok(true)

@@ -18,13 +18,24 @@ pub trait StoreSink: Send {
     /// Creates an object of `size` bytes: its id, and its data (`size`
     /// writable bytes, valid until it is sealed or aborted).
     fn create(&mut self, size: usize) -> Result<([u8; 20], *mut u8)>;
-    /// Seals an object this sink created.
-    fn seal(&mut self, id: [u8; 20]) -> Result<()>;
+    /// Seals an object this sink created; the hold keeps it in the store
+    /// (not evicted) until dropped.
+    fn seal(&mut self, id: [u8; 20]) -> Result<Hold>;
     /// Aborts every object this sink created and has not sealed.
     fn abort_unsealed(&mut self);
     /// Gets rid of an object this sink created, sealed or not (its id will
     /// never reach anyone).
     fn discard(&mut self, id: [u8; 20]);
+}
+
+/// A reference to a sealed object (whatever the sink keeps: the store
+/// client's buffer), held while its id waits in the receiver's queue.
+pub struct Hold(pub Box<dyn Send>);
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hold")
+    }
 }
 
 /// The layout of one batch's object.
