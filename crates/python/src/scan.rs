@@ -206,61 +206,33 @@ impl NativeScanReceiver {
         &self,
         py: Python<'py>,
     ) -> PyResult<Option<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)>> {
-        loop {
-            let inner = &self.inner;
-            // Safety: Rust data only.
-            let waited = unsafe {
-                detach(py, move || match locked(inner).as_mut() {
-                    Some(r) => r.next_within(Duration::from_millis(200)),
-                    None => Waited::Failed(ferroplasma_scan::Error::Closed),
-                })
-            };
-            match waited {
-                Waited::Batch(batch) => {
-                    let array = StructArray::from(batch);
-                    let schema = FFI_ArrowSchema::try_from(array.data_type())
-                        .map_err(|e| ScanError::new_err(e.to_string()))?;
-                    let array = FFI_ArrowArray::new(&array.to_data());
-                    return Ok(Some((
-                        PyCapsule::new(py, schema, Some(SCHEMA.to_owned()))?,
-                        PyCapsule::new(py, array, Some(ARRAY.to_owned()))?,
-                    )));
-                }
-                Waited::Stored(_) => {
-                    return Err(ScanError::new_err(
-                        "this scan lands its batches in a store: take their ids (next_id)",
-                    ))
-                }
-                Waited::End => return Ok(None),
-                Waited::Failed(e) => return Err(scan_to_py(e, ScanSide::Client)),
-                Waited::Nothing => py.check_signals()?,
+        match self.wait(py)? {
+            Some(Waited::Batch(batch)) => {
+                let array = StructArray::from(batch);
+                let schema = FFI_ArrowSchema::try_from(array.data_type())
+                    .map_err(|e| ScanError::new_err(e.to_string()))?;
+                let array = FFI_ArrowArray::new(&array.to_data());
+                Ok(Some((
+                    PyCapsule::new(py, schema, Some(SCHEMA.to_owned()))?,
+                    PyCapsule::new(py, array, Some(ARRAY.to_owned()))?,
+                )))
             }
+            Some(_) => Err(ScanError::new_err(
+                "this scan lands its batches in a store: take their ids (next_id)",
+            )),
+            None => Ok(None),
         }
     }
 
     /// The id (20 bytes) of the next batch landed in the store, or None at
     /// the end; as `next_batch` otherwise.
     fn next_id<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        loop {
-            let inner = &self.inner;
-            // Safety: Rust data only.
-            let waited = unsafe {
-                detach(py, move || match locked(inner).as_mut() {
-                    Some(r) => r.next_within(Duration::from_millis(200)),
-                    None => Waited::Failed(ferroplasma_scan::Error::Closed),
-                })
-            };
-            match waited {
-                Waited::Stored(id) => return Ok(Some(PyBytes::new(py, &id))),
-                Waited::Batch(_) => {
-                    return Err(ScanError::new_err(
-                        "this scan does not land its batches in a store",
-                    ))
-                }
-                Waited::End => return Ok(None),
-                Waited::Failed(e) => return Err(scan_to_py(e, ScanSide::Client)),
-                Waited::Nothing => py.check_signals()?,
-            }
+        match self.wait(py)? {
+            Some(Waited::Stored(id)) => Ok(Some(PyBytes::new(py, &id))),
+            Some(_) => Err(ScanError::new_err(
+                "this scan does not land its batches in a store",
+            )),
+            None => Ok(None),
         }
     }
 
@@ -305,6 +277,28 @@ impl NativeScanReceiver {
 }
 
 impl NativeScanReceiver {
+    /// Waits for what the receiver hands out next, with the GIL released
+    /// and Ctrl-C checked every 200 ms: a batch or an id (`Some`), the end
+    /// (`None`), or its typed error.
+    fn wait(&self, py: Python<'_>) -> PyResult<Option<Waited>> {
+        loop {
+            let inner = &self.inner;
+            // Safety: Rust data only.
+            let waited = unsafe {
+                detach(py, move || match locked(inner).as_mut() {
+                    Some(r) => r.next_within(Duration::from_millis(200)),
+                    None => Waited::Failed(ferroplasma_scan::Error::Closed),
+                })
+            };
+            match waited {
+                Waited::End => return Ok(None),
+                Waited::Failed(e) => return Err(scan_to_py(e, ScanSide::Client)),
+                Waited::Nothing => py.check_signals()?,
+                item => return Ok(Some(item)),
+            }
+        }
+    }
+
     fn shut(&self, py: Python<'_>) -> bool {
         self.canceller.cancel();
         let inner = &self.inner;
