@@ -344,6 +344,8 @@ def measure_client(args: argparse.Namespace) -> dict:
             lambda k: fp_run(k, True, "buffers", over_ucx),
             lambda k: fp_run(k, False, "buffers", over_ucx),
         )
+    if args.methods:
+        methods = {k: v for k, v in methods.items() if k in args.methods}
     for k in args.widths:
         entry: dict = {"columns": k}
         for rep in range(args.reps):
@@ -359,7 +361,7 @@ def measure_client(args: argparse.Namespace) -> dict:
             if isinstance(entry[key], list):
                 entry[key] = statistics.median(entry[key])
         out["widths"].append(entry)
-    if args.sorted_dataset:
+    if args.sorted_dataset and args.sorted:
         # The sorted query over strings and nulls, end to end, alternating.
         sorted_times: dict = {"ferroplasma": [], "flight": []}
         req = {"sql": SORTED_SQL, "dataset": args.sorted_dataset, "batch_rows": BATCH_ROWS}
@@ -444,7 +446,8 @@ def run_setup(name: str, data: Path, prefix_srv: list, prefix_cli: list, host: s
                "--scan", f"{host}:{PORTS['scan']}", "--flight", f"{host}:{PORTS['flight']}",
                "--tcp", f"{host}:{PORTS['tcp']}", "--reps", str(args.reps),
                "--widths", ",".join(map(str, args.widths)), "--json", str(out),
-               "--sorted-dataset", "sorted-3m.parquet"]  # fmt: skip
+               "--sorted-dataset", "sorted-3m.parquet",
+               "--methods", ",".join(args.methods), "--sorted", str(int(args.sorted))]  # fmt: skip
         if store_socket:
             cmd += ["--store", store_socket]
         if with_ucx:
@@ -487,6 +490,10 @@ def run(args: argparse.Namespace) -> None:
             Net.down()
     else:
         print("cross-host setup skipped (needs root and iproute2 for network namespaces)")
+    if args.cross_host_only:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.json}")
+        return
     with fp.start_store(args.store_memory) as store:
         same = run_setup("same-host", data, [], [], "127.0.0.1", store.socket, args)
     src = np.ones(256 << 20, dtype=np.uint8)
@@ -513,7 +520,11 @@ def main() -> None:
     r.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     r.add_argument("--store-memory", default="4GiB", help="store size for the same-host setup")
     r.add_argument("--loopback-only", action="store_true", help="skip the cross-host setup")
+    r.add_argument("--cross-host-only", action="store_true", help="skip the same-host setup")
     r.add_argument("--json", default=str(HERE / "results" / "scan.json"))
+    r.add_argument("--methods", default="", help="only these methods (comma-separated)")
+    r.add_argument("--no-sorted", dest="sorted", action="store_false",
+                   help="skip the sorted query")  # fmt: skip
     c = sub.add_parser("client", help="internal: the client side of one setup")
     for flag in ("--scan", "--flight", "--tcp", "--dataset", "--json"):
         c.add_argument(flag, required=True)
@@ -521,6 +532,8 @@ def main() -> None:
     c.add_argument("--ucx", help="also time the scan over UCX at this ucx:// address")
     c.add_argument("--sorted-dataset", help="also time SORTED_SQL over this dataset")
     c.add_argument("--reps", type=int, default=3)
+    c.add_argument("--methods", default="")
+    c.add_argument("--sorted", type=int, default=1)
     c.add_argument("--widths", default=",".join(map(str, WIDTHS)))
     f = sub.add_parser("flight-server", help="internal: the Arrow Flight baseline")
     f.add_argument("--listen", required=True)
@@ -530,6 +543,8 @@ def main() -> None:
     args = p.parse_args()
     if hasattr(args, "widths"):
         args.widths = [int(w) for w in str(args.widths).split(",")]
+    if hasattr(args, "methods"):
+        args.methods = [m for m in str(args.methods).split(",") if m]
     if args.cmd == "run":
         run(args)
     elif args.cmd == "client":

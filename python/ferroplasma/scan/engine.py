@@ -11,12 +11,13 @@ while opening the dataset names it as the client did, not by its path here.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from ..errors import AccessDenied, DatasetNotFound, QueryError, ScanError
 
-__all__ = ["MAX_THREADS", "Dataset", "open_query", "resolve", "valid_threads"]
+__all__ = ["MAX_THREADS", "Dataset", "Spares", "open_query", "resolve", "valid_threads"]
 
 #: The most DuckDB threads one query may be given.
 MAX_THREADS = 1024
@@ -91,10 +92,102 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def open_query(ds: Dataset, sql: str, threads: int | None = None) -> tuple[Any, Any]:
+class Spares:
+    """Fresh in-memory DuckDB databases made ahead of the scans that will
+    use them. Opening one costs about 10 ms (DuckDB 2.0, measured by
+    ``bench/scan_bench.py``'s fixed-latency query), half of what a small
+    scan takes end to end; a server keeps one ready, made on a background
+    thread whenever the last one is taken. Each database still serves one
+    scan only and is closed with it: nothing a query leaves reaches the next.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._ready: Any = None
+        self._making = False
+        self._waiting = False  # a scan waits for the one being made
+        self._closed = False
+
+    def take(self) -> Any:
+        """A database no query ran on: the ready one, the one being made
+        (one scan waits for it: it is part made; scans that come together
+        beside it open their own rather than queue), or a new one; then
+        another is made in the background."""
+        import duckdb
+
+        with self._cond:
+            if self._ready is None and self._making and not self._waiting:
+                self._waiting = True
+                self._cond.wait_for(lambda: not self._making)
+                self._waiting = False
+            con, self._ready = self._ready, None
+        self.prime()
+        return con if con is not None else duckdb.connect(":memory:")
+
+    def prime(self) -> None:
+        """Starts making a database in the background unless one is ready
+        or being made."""
+        with self._cond:
+            if self._closed or self._making or self._ready is not None:
+                return
+            self._making = True
+        try:
+            # Not a daemon: an interpreter that exits while a thread is inside
+            # DuckDB aborts, so exiting waits for it (some 10 ms).
+            threading.Thread(target=self._make, name="duckdb-spare").start()
+        except RuntimeError:  # no thread to give: the next scan opens its own
+            with self._cond:
+                self._making = False
+                self._cond.notify_all()
+
+    @property
+    def ready(self) -> bool:
+        """True while a database waits for the next scan."""
+        with self._cond:
+            return self._ready is not None
+
+    def wait(self, timeout: float) -> bool:
+        """Waits up to ``timeout`` seconds until none is being made; True
+        if one is then ready."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._making, timeout)
+            return self._ready is not None
+
+    def _make(self) -> None:
+        con: Any = None
+        try:
+            import duckdb
+
+            con = duckdb.connect(":memory:")
+        except Exception:  # e.g. out of memory: the next scan opens its own and says why
+            con = None
+        with self._cond:
+            self._making = False
+            if not self._closed and con is not None:
+                self._ready, con = con, None
+            self._cond.notify_all()
+        if con is not None:
+            con.close()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Closes the ready database, after the one being made (waited for
+        up to ``timeout`` seconds: an interpreter that exits while a thread
+        is inside DuckDB aborts); none is made after this."""
+        with self._cond:
+            self._closed = True
+            self._cond.wait_for(lambda: not self._making, timeout)
+            con, self._ready = self._ready, None
+        if con is not None:
+            con.close()
+
+
+def open_query(
+    ds: Dataset, sql: str, threads: int | None = None, spares: Spares | None = None
+) -> tuple[Any, Any]:
     """Runs ``sql`` over ``ds``: (DuckDB connection, relation). The caller
     keeps the connection for as long as it reads the relation. ``threads``
-    is checked here too (ScanError), whoever set it."""
+    is checked here too (ScanError), whoever set it. ``spares``: where the
+    fresh database comes from (default: opened here)."""
     import duckdb
 
     if not isinstance(sql, str) or not sql.strip():
@@ -104,7 +197,7 @@ def open_query(ds: Dataset, sql: str, threads: int | None = None) -> tuple[Any, 
             f"the scan server's DuckDB threads setting ({threads!r}) is not a whole number "
             f"from 1 to {MAX_THREADS}: fix its --threads"
         )
-    con = duckdb.connect(":memory:")
+    con = spares.take() if spares is not None else duckdb.connect(":memory:")
     try:
         try:
             if threads is not None:

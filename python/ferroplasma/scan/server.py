@@ -172,6 +172,8 @@ class ScanServer:
                 self.root,
             )
         self._refusals = RefusalLog(refusal_log_interval)
+        self._spares = engine.Spares()  # a DuckDB database ready for the next scan
+        self._spares.prime()
         self._gate = Gate(
             self._sock,
             check_hello=self._check_hello,
@@ -331,6 +333,7 @@ class ScanServer:
         for th in serving:
             if th is not threading.current_thread():
                 th.join(max(0.0, deadline - time.monotonic()))
+        self._spares.close()
 
     def __enter__(self) -> ScanServer:
         return self
@@ -439,11 +442,18 @@ class ScanServer:
             scan_id = _typed(f, "scan", int, "FINALIZE")
             scan = None if scan_id is None else scans.pop(scan_id, None)
             if scan is not None:
-                scan.close(finalized=True)
                 with self._lock:
                     self._open_scans -= 1
                     self._running.discard(scan)
+            if scan is not None and scan.via_store:
+                scan.close(finalized=True)  # what it placed and never sent goes first
+                scan = None
             wire.send(t, wire.FINALIZED, {"scan": scan_id})
+            if scan is not None:
+                # Closing DuckDB's database takes milliseconds: after the
+                # answer, off the client's path (this connection's next
+                # request waits for it).
+                scan.close(finalized=True)
         elif kind == wire.STATUS:
             wire.send(t, wire.STATUS_REPLY, self.status())
         else:
@@ -464,7 +474,7 @@ class ScanServer:
             raise QueryError(f"unknown wire format {_brief(wire_mode)} (buffers or ipc)")
         via_store = self._shares_store(probe, store)
         ds = engine.resolve(self.root, dataset)  # type: ignore[arg-type]
-        con, rel = engine.open_query(ds, sql, self.threads)  # type: ignore[arg-type]
+        con, rel = engine.open_query(ds, sql, self.threads, self._spares)  # type: ignore[arg-type]
         try:
             scan = _Scan(
                 con,

@@ -1,0 +1,104 @@
+"""What a scan costs before and after its batches: the DuckDB database a
+scan runs in is made ahead of it, and the server answers FINALIZE before it
+tears DuckDB down. Both against a real ScanServer in this process (so that
+DuckDB's calls can be watched)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+duckdb = pytest.importorskip("duckdb")
+pa = pytest.importorskip("pyarrow")
+
+import ferroplasma as fp  # noqa: E402
+from ferroplasma.scan import engine  # noqa: E402
+from ferroplasma.scan import result as scan_result  # noqa: E402
+from ferroplasma.scan.server import ScanServer  # noqa: E402
+
+
+@pytest.fixture
+def root(tmp_path):
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT range AS i FROM range(5000)) TO '{tmp_path}/rows.parquet'")
+    con.close()
+    return tmp_path
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """The threads that open a DuckDB database, by name."""
+    names: list[str] = []
+    real = duckdb.connect
+
+    def connect(*args, **kwargs):
+        names.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    return names
+
+
+def test_a_scan_runs_in_a_database_made_before_it_came(root, opened):
+    with ScanServer("127.0.0.1:0", root, threads=1).start() as server:
+        assert server._spares.wait(10), "no database made ahead of the first scan"
+        with fp.scan.connect(server.address) as scan:
+            for n in range(3):
+                assert scan.to_table("SELECT i FROM dataset", "rows.parquet").num_rows == 5000
+                assert server._spares.wait(10), f"none made ahead of scan {n + 2}"
+    # The scans' own threads never waited for one to be opened.
+    assert opened and set(opened) == {"duckdb-spare"}, opened
+
+
+def test_each_scan_gets_a_database_of_its_own():
+    spares = engine.Spares()
+    spares.prime()
+    assert spares.wait(10)
+    first = spares.take()
+    assert spares.wait(10) and spares.ready  # the next one, made meanwhile
+    second = spares.take()
+    first.execute("CREATE TABLE left_behind AS SELECT 1 AS x")
+    assert second.execute("SELECT count(*) FROM duckdb_tables()").fetchone() == (0,)
+    first.close()
+    second.close()
+    spares.close()
+    assert not spares.ready
+    # Closed, it still gives a database (opened there and then), none ahead.
+    third = spares.take()
+    assert third.execute("SELECT 42").fetchone() == (42,)
+    third.close()
+    assert not spares.wait(1)
+
+
+def test_the_client_gets_its_answer_before_duckdb_is_torn_down(root, monkeypatch):
+    """Closing a scan's DuckDB database takes milliseconds; the client's
+    scan ends without waiting for it."""
+    release = threading.Event()
+    closing = threading.Event()
+    real_close = scan_result.Scan.close
+
+    def slow_close(self, finalized):
+        closing.set()
+        release.wait(20)
+        real_close(self, finalized)
+
+    monkeypatch.setattr(scan_result.Scan, "close", slow_close)
+    with ScanServer("127.0.0.1:0", root, threads=1).start() as server:
+        with fp.scan.connect(server.address, timeout=30) as scan:
+            done = threading.Event()
+            got: list = []
+
+            def run():
+                got.append(scan.to_table("SELECT i FROM dataset", "rows.parquet").num_rows)
+                done.set()
+
+            th = threading.Thread(target=run, daemon=True)
+            th.start()
+            try:
+                assert closing.wait(20), "the server never closed the scan"
+                assert done.wait(10), "the client waited for DuckDB's teardown"
+                assert got == [5000]
+            finally:
+                release.set()
+                th.join(20)
