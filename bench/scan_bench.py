@@ -31,6 +31,11 @@ sent to table received). The methods:
   from PyPI, whose transports here are TCP and shared memory), where the
   binding is installed.
 
+Beside them, end to end only, ``duckdb``: DuckDB alone running the same
+query on the client's side, no transport (the floor under every method,
+since server and client share the cores); and a one-row query's time
+(what any query costs before its first row).
+
 And, end to end against Flight, a sorted query over strings and nulls:
 ``SELECT * FROM dataset ORDER BY id`` over 3M rows of 8 columns (ids
 shuffled; strings, a date, a boolean, integers and floats with 5-30 % nulls).
@@ -268,6 +273,26 @@ def raw_tcp(addr: str, nbytes: int, fresh: bool) -> float:
         return time.perf_counter() - t0
 
 
+LATENCY_SQL = "SELECT l_orderkey FROM dataset LIMIT 1"
+LATENCY_REPS = 21
+
+
+def duckdb_alone(root: str, dataset: str, sql: str) -> tuple[float, int]:
+    """Seconds for DuckDB to run ``sql`` here and hand over its batches,
+    as the servers do, with no transport (the database opened before the
+    clock starts); and the batches' bytes."""
+    import duckdb
+
+    con = duckdb.connect()
+    path = os.path.join(root, dataset)
+    con.execute(f"CREATE VIEW dataset AS SELECT * FROM read_parquet('{path}')")
+    t0 = time.perf_counter()
+    n = sum(_batch_bytes(b) for b in con.sql(sql).to_arrow_reader(BATCH_ROWS))
+    dt = time.perf_counter() - t0
+    con.close()
+    return dt, n
+
+
 def sql_for(k: int) -> str:
     return f"SELECT {', '.join(COLUMNS[:k])} FROM dataset"
 
@@ -344,6 +369,10 @@ def measure_client(args: argparse.Namespace) -> dict:
             lambda k: fp_run(k, True, "buffers", over_ucx),
             lambda k: fp_run(k, False, "buffers", over_ucx),
         )
+    if args.root:
+        # The floor under every end-to-end time: the same query run by
+        # DuckDB here, with no transport at all (its database opened first).
+        methods["duckdb"] = (None, lambda k: duckdb_alone(args.root, ds, sql_for(k)))
     if args.methods:
         methods = {k: v for k, v in methods.items() if k in args.methods}
     for k in args.widths:
@@ -353,6 +382,8 @@ def measure_client(args: argparse.Namespace) -> dict:
             out["raw_tcp_fresh"].append(TCP_BYTES / raw_tcp(args.tcp, TCP_BYTES, True))
             for name, (transport, e2e) in methods.items():
                 for mode, fn in (("transport", transport), ("e2e", e2e)):
+                    if fn is None:
+                        continue
                     dt, n = fn(k)
                     entry.setdefault(f"{name}/{mode}", []).append(dt)
                     entry["bytes"] = n
@@ -363,7 +394,7 @@ def measure_client(args: argparse.Namespace) -> dict:
         out["widths"].append(entry)
     if args.sorted_dataset and args.sorted:
         # The sorted query over strings and nulls, end to end, alternating.
-        sorted_times: dict = {"ferroplasma": [], "flight": []}
+        sorted_times: dict = {"ferroplasma": [], "flight": [], "duckdb": []}
         req = {"sql": SORTED_SQL, "dataset": args.sorted_dataset, "batch_rows": BATCH_ROWS}
         for _ in range(args.reps):
             t0 = time.perf_counter()
@@ -372,8 +403,23 @@ def measure_client(args: argparse.Namespace) -> dict:
             t0 = time.perf_counter()
             consume(fl.do_get(flight.Ticket(json.dumps(req).encode())).to_reader())
             sorted_times["flight"].append(time.perf_counter() - t0)
-        out["sorted"] = {f"{k}/e2e": statistics.median(v) for k, v in sorted_times.items()}
+            if args.root:
+                dt, _ = duckdb_alone(args.root, args.sorted_dataset, SORTED_SQL)
+                sorted_times["duckdb"].append(dt)
+        out["sorted"] = {f"{k}/e2e": statistics.median(v) for k, v in sorted_times.items() if v}
         print("  sorted query done", file=sys.stderr, flush=True)
+    # What every query costs before its first row: a one-row query, end to
+    # end (a fresh connection to each server, as above).
+    latency: dict = {"ferroplasma": [], "flight": []}
+    tiny = {"sql": LATENCY_SQL, "dataset": ds, "batch_rows": BATCH_ROWS}
+    for _ in range(LATENCY_REPS):
+        t0 = time.perf_counter()
+        consume(scan.query(LATENCY_SQL, ds))
+        latency["ferroplasma"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        consume(fl.do_get(flight.Ticket(json.dumps(tiny).encode())).to_reader())
+        latency["flight"].append(time.perf_counter() - t0)
+    out["latency"] = {k: statistics.median(v) for k, v in latency.items()}
     out["raw_tcp_bytes_s"] = statistics.median(out.pop("raw_tcp"))
     out["raw_tcp_fresh_bytes_s"] = statistics.median(out.pop("raw_tcp_fresh"))
     return out
@@ -446,7 +492,7 @@ def run_setup(name: str, data: Path, prefix_srv: list, prefix_cli: list, host: s
                "--scan", f"{host}:{PORTS['scan']}", "--flight", f"{host}:{PORTS['flight']}",
                "--tcp", f"{host}:{PORTS['tcp']}", "--reps", str(args.reps),
                "--widths", ",".join(map(str, args.widths)), "--json", str(out),
-               "--sorted-dataset", "sorted-3m.parquet",
+               "--sorted-dataset", "sorted-3m.parquet", "--root", str(data.parent),
                "--methods", ",".join(args.methods), "--sorted", str(int(args.sorted))]  # fmt: skip
         if store_socket:
             cmd += ["--store", store_socket]
@@ -529,6 +575,7 @@ def main() -> None:
     for flag in ("--scan", "--flight", "--tcp", "--dataset", "--json"):
         c.add_argument(flag, required=True)
     c.add_argument("--store")
+    c.add_argument("--root", help="the datasets' directory: also time DuckDB alone here")
     c.add_argument("--ucx", help="also time the scan over UCX at this ucx:// address")
     c.add_argument("--sorted-dataset", help="also time SORTED_SQL over this dataset")
     c.add_argument("--reps", type=int, default=3)

@@ -25,6 +25,7 @@ METHODS = {
     "flight": "Arrow Flight",
     "ferroplasma-store": "ferroplasma via the store",
     "ferroplasma-ucx": "ferroplasma scan over UCX",
+    "duckdb": "DuckDB alone (no transport)",
 }
 SETUPS = {
     "cross-host": "cross-host (two network namespaces, veth)",
@@ -77,34 +78,56 @@ def markdown(d: dict) -> str:
             if "ferroplasma-store" in t:
                 line += f" | {t['ferroplasma-store'] / t['flight']:.1f}"
             rows.append(line + " |")
+        alone = "duckdb/e2e" in v["widths"][0]
         rows += [
             "",
-            "End to end (seconds; DuckDB reads the Parquet and runs the query in each):",
+            "End to end (seconds; DuckDB reads the Parquet and runs the query in each)"
+            + (
+                "; *DuckDB alone*: the same query run on the client's side with no transport, "
+                "the floor under every method on these shared cores"
+                if alone
+                else ""
+            )
+            + ":",
             "",
             "| columns | "
             + " | ".join(METHODS[m] for m in methods)
-            + " | scan × Flight"
+            + (" | DuckDB alone" if alone else "")
+            + " | scan time ÷ Flight's"
+            + (" | DuckDB alone ÷ Flight's" if alone else "")
             + (" | store × Flight" if "ferroplasma-store" in methods else "")
             + " |",
-            "|---:|" + "---:|" * (len(methods) + 1 + ("ferroplasma-store" in methods)),
+            "|---:|" + "---:|" * (len(methods) + 1 + 2 * alone + ("ferroplasma-store" in methods)),
         ]
         for w in v["widths"]:
             e = {m: w[f"{m}/e2e"] for m in methods}
-            line = (
-                f"| {w['columns']} | "
-                + " | ".join(f"{e[m]:.3f}" for m in methods)
-                + f" | {e['flight'] / e['ferroplasma']:.2f}"
-            )
+            line = f"| {w['columns']} | " + " | ".join(f"{e[m]:.3f}" for m in methods)
+            if alone:
+                line += f" | {w['duckdb/e2e']:.3f}"
+            line += f" | {e['ferroplasma'] / e['flight']:.2f}"
+            if alone:
+                line += f" | {w['duckdb/e2e'] / e['flight']:.2f}"
             if "ferroplasma-store" in e:
                 line += f" | {e['flight'] / e['ferroplasma-store']:.2f}"
             rows.append(line + " |")
         rows.append("")
         if "sorted" in v:
             sc, fl = v["sorted"]["ferroplasma/e2e"], v["sorted"]["flight/e2e"]
+            dk = v["sorted"].get("duckdb/e2e")
             rows += [
                 "Sorted query over strings and nulls (`SELECT * FROM dataset ORDER BY id`, 3M "
                 f"rows, 8 columns): scan {sc:.3f} s, Flight {fl:.3f} s; scan's time is "
-                f"{sc / fl:.2f}× Flight's.",
+                f"{sc / fl:.2f}× Flight's"
+                + (f" (DuckDB alone: {dk:.3f} s, {dk / fl:.2f}× Flight's)." if dk else "."),
+                "",
+            ]
+        if "latency" in v:
+            lat = v["latency"]
+            rows += [
+                "A one-row query (`SELECT l_orderkey FROM dataset LIMIT 1`), end to end, "
+                f"median of 21: scan {lat['ferroplasma'] * 1e3:.1f} ms, Flight "
+                f"{lat['flight'] * 1e3:.1f} ms (each opens a DuckDB database per query; "
+                "the scan server makes the next one ahead).",
                 "",
             ]
     rows += [

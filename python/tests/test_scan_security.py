@@ -449,3 +449,92 @@ def test_help_steers_the_token_off_the_command_line():
     text = " ".join(out.stdout.split())
     assert out.returncode == 0
     assert "--token-file" in text and "$FERROPLASMA_SCAN_TOKEN" in text and "/proc" in text
+
+
+# ---------------------------------------------------------------- a lying server
+
+
+def _lying_server(batches: list) -> tuple[str, threading.Thread]:
+    """A fake scan server on 127.0.0.1 that answers one client's HELLO and
+    INIT_SCAN, then sends ``batches`` ((rows, descriptor, buffers) each)
+    for its first ITERATE, and DONE. Returns its address."""
+    import pyarrow as pa
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(30)
+    schema = pa.schema([("s", pa.string())])
+
+    def serve() -> None:
+        with srv:
+            while True:  # the client's connection check comes first
+                c, _ = srv.accept()
+                c.settimeout(30)
+                t = TcpTransport(c)
+                try:
+                    wire.recv(t)  # HELLO
+                    wire.send(t, wire.READY, {"version": wire.VERSION})
+                    if wire.recv(t)[0] == wire.INIT_SCAN:
+                        break
+                except OSError:
+                    pass
+                t.close()
+        try:
+            wire.send(t, wire.SCAN, {"scan": 1, "via_store": False}, [schema.serialize()])
+            pending = list(batches)
+            while (kind := wire.recv(t)[0]) == wire.ITERATE:
+                for rows, desc, bufs in pending:  # all for the first one
+                    wire.send(t, wire.BATCH, {"scan": 1, "rows": rows, "desc": desc}, bufs)
+                pending = []
+                wire.send(t, wire.DONE, {"scan": 1, "more": False})
+            if kind == wire.FINALIZE:
+                wire.send(t, wire.FINALIZED, {"scan": 1})
+        except OSError:
+            pass  # the client hung up on what it was sent
+        finally:
+            t.close()
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    return f"127.0.0.1:{srv.getsockname()[1]}", th
+
+
+def _strings(offsets: list[int], values: bytes) -> tuple[int, list, list]:
+    """A one-column string batch as it goes on the wire (the descriptor of
+    ``ferroplasma.arrow_layout``: rows, nulls, offset, buffers, children,
+    dictionary, then each buffer's size, -1 for no validity bitmap), with
+    the offsets and values given, not checked."""
+    import numpy as np
+
+    raw = np.array(offsets, dtype=np.int32).tobytes()
+    rows = len(offsets) - 1
+    return rows, [rows, 0, 0, 3, 0, 0, -1, len(raw), len(values)], [raw, values]
+
+
+@pytest.mark.parametrize(
+    "offsets, values, why",
+    [
+        ([0, 3, 2, 5], b"abcde", "backwards"),
+        ([0, 2, 99], b"abcde", "past the values"),
+        ([-8, 2, 5], b"abcde", "negative"),
+        ([0, 2, 4], b"ab\xff\xfe", "not UTF-8"),
+        ([0, 2, 6], "héllo".encode(), "inside a character"),
+    ],
+)
+def test_a_lying_server_costs_the_client_only_its_scan(offsets, values, why):
+    """Offsets and strings a server made up never reach a reader: the scan
+    fails with a typed error, and the client carries on."""
+    from ferroplasma.errors import FerroplasmaError
+
+    good_offsets, good_values = [0, 2, 2, 5], b"abcde"
+    rows, desc, bufs = _strings(good_offsets, good_values)
+    address, th = _lying_server([(rows, desc, bufs), _strings(offsets, values)])
+    with fp.scan.connect(address, timeout=10) as c:
+        with pytest.raises(FerroplasmaError, match="not make a valid"):
+            c.to_table("SELECT s FROM dataset", "x.parquet")
+    th.join(30)
+    # The same fake server telling the truth: the client reads it.
+    address, th = _lying_server([(rows, desc, bufs)])
+    with fp.scan.connect(address, timeout=10) as c:
+        got = c.to_table("SELECT s FROM dataset", "x.parquet")
+    assert got.column("s").to_pylist() == ["ab", "", "cde"], why
+    th.join(30)

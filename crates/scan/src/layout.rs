@@ -219,9 +219,16 @@ impl Cursor<'_> {
             }
         }
         // Full validation: offsets in bounds, UTF-8, dictionary keys, so
-        // that a peer's bytes can never make a reader step outside them.
-        b.build()
-            .map_err(|e| Error::Layout(format!("buffers do not make a valid {dt} array: {e}")))
+        // that a peer's bytes can never make a reader step outside them
+        // (`validate::node`, right below; the children were validated as
+        // they were built).
+        // Safety: validation is not skipped but done by `validate::node`
+        // before the array is used or returned.
+        let data = unsafe { b.skip_validation(true) }
+            .build()
+            .map_err(|e| Error::Layout(format!("buffers do not make a valid {dt} array: {e}")))?;
+        crate::validate::node(&data)?;
+        Ok(data)
     }
 }
 

@@ -11,6 +11,8 @@
 //!   frames this crate sends and reads (BATCH, ITERATE, DONE, ERROR, ...).
 //! - [`layout`] — a record batch as a flat descriptor plus its buffers, and
 //!   back (the same descriptor as `ferroplasma.arrow_layout`).
+//! - [`validate`] — full validation of a received array, with a fast
+//!   check of string and binary offsets.
 //! - [`io`] — gather sends and scatter receives on a socket descriptor.
 //! - [`region`] — the aligned regions batches land in, and the pool that
 //!   keeps them for the next batches.
@@ -31,5 +33,6 @@ pub mod receiver;
 pub mod region;
 pub mod source;
 pub mod store_object;
+pub mod validate;
 
 pub use error::{Error, Result};
