@@ -37,6 +37,15 @@ def gbs(w: dict, key: str) -> float:
     return w["bytes"] / w[key] / 1e9
 
 
+def ratio(values: dict, a: str, b: str | float, digits: int = 2) -> str:
+    """``values[a] / values[b]`` (or ``/ b`` for a number), "—" where a
+    method was not run (``--methods``)."""
+    den = b if isinstance(b, float) else values.get(b)
+    if a not in values or not den:
+        return "—"
+    return f"{values[a] / den:.{digits}f}"
+
+
 def markdown(d: dict) -> str:
     rows = [
         f"TPC-H lineitem, scale factor {d['sf']} (Parquet), `SELECT <first k columns> FROM "
@@ -72,11 +81,11 @@ def markdown(d: dict) -> str:
             line = (
                 f"| {w['columns']} | {w['bytes'] / 1e6:.0f} | "
                 + " | ".join(f"{t[m]:.2f}" for m in methods)
-                + f" | {t['ferroplasma'] / tcp:.2f} | {t['ferroplasma'] / t['rpc-ipc']:.2f}"
-                f" | {t['ferroplasma'] / t['flight']:.2f}"
+                + f" | {ratio(t, 'ferroplasma', tcp)} | {ratio(t, 'ferroplasma', 'rpc-ipc')}"
+                f" | {ratio(t, 'ferroplasma', 'flight')}"
             )
             if "ferroplasma-store" in t:
-                line += f" | {t['ferroplasma-store'] / t['flight']:.1f}"
+                line += f" | {ratio(t, 'ferroplasma-store', 'flight', 1)}"
             rows.append(line + " |")
         alone = "duckdb/e2e" in v["widths"][0]
         rows += [
@@ -95,7 +104,7 @@ def markdown(d: dict) -> str:
             + (" | DuckDB alone" if alone else "")
             + " | scan time ÷ Flight's"
             + (" | DuckDB alone ÷ Flight's" if alone else "")
-            + (" | store × Flight" if "ferroplasma-store" in methods else "")
+            + (" | store time ÷ Flight's" if "ferroplasma-store" in methods else "")
             + " |",
             "|---:|" + "---:|" * (len(methods) + 1 + 2 * alone + ("ferroplasma-store" in methods)),
         ]
@@ -104,11 +113,11 @@ def markdown(d: dict) -> str:
             line = f"| {w['columns']} | " + " | ".join(f"{e[m]:.3f}" for m in methods)
             if alone:
                 line += f" | {w['duckdb/e2e']:.3f}"
-            line += f" | {e['ferroplasma'] / e['flight']:.2f}"
+            line += f" | {ratio(e, 'ferroplasma', 'flight')}"
             if alone:
-                line += f" | {w['duckdb/e2e'] / e['flight']:.2f}"
+                line += f" | {ratio({'duckdb': w['duckdb/e2e'], **e}, 'duckdb', 'flight')}"
             if "ferroplasma-store" in e:
-                line += f" | {e['flight'] / e['ferroplasma-store']:.2f}"
+                line += f" | {ratio(e, 'ferroplasma-store', 'flight')}"
             rows.append(line + " |")
         rows.append("")
         if "sorted" in v:
@@ -149,6 +158,8 @@ def plot(d: dict, out: str) -> None:
     import matplotlib.pyplot as plt
 
     setups = [s for s in SETUPS if d["setups"].get(s)]
+    if not setups:
+        return
     for mode, fname, ylabel in (
         ("transport", "scan-transport.png", "transport throughput (GB/s)"),
         ("e2e", "scan-e2e.png", "end-to-end time (s)"),

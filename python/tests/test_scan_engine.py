@@ -102,3 +102,66 @@ def test_the_client_gets_its_answer_before_duckdb_is_torn_down(root, monkeypatch
             finally:
                 release.set()
                 th.join(20)
+
+
+def test_a_scan_whose_finalized_cannot_be_sent_is_still_closed(root, monkeypatch):
+    """A client that sends FINALIZE and hangs up at once: the server's
+    answer fails, and the scan is closed all the same."""
+    from ferroplasma.scan import server as scan_server
+
+    closed = threading.Event()
+    real_close = scan_result.Scan.close
+
+    def close(self, finalized):
+        real_close(self, finalized)
+        closed.set()
+
+    real_send = scan_server.wire.send
+
+    def send(t, kind, fields, body=()):
+        if kind == scan_server.wire.FINALIZED:
+            raise ConnectionResetError("the client hung up")
+        real_send(t, kind, fields, body)
+
+    monkeypatch.setattr(scan_result.Scan, "close", close)
+    monkeypatch.setattr(scan_server.wire, "send", send)
+    with ScanServer("127.0.0.1:0", root, threads=1).start() as server:
+        with fp.scan.connect(server.address, timeout=10) as scan:
+            with pytest.raises(fp.errors.FerroplasmaError):
+                scan.to_table("SELECT i FROM dataset", "rows.parquet")
+        assert closed.wait(10), "the scan was never closed"
+        assert server.status()["scans"] == 0
+
+
+def test_a_server_stopped_as_it_starts_exits_cleanly(root):
+    """SIGTERM while the first spare database is still being made: the
+    server waits for it (an interpreter that exits while a thread is inside
+    DuckDB aborts) and exits 0. The kernel may hand the signal to one of
+    DuckDB's threads; the server notices all the same (it hung 1 time in
+    about 40 when its main thread waited untimed)."""
+    import os
+    import subprocess
+    import sys
+
+    exe = os.path.join(os.path.dirname(sys.executable), "ferroplasma")
+    for _ in range(8):
+        proc = subprocess.Popen(
+            [exe, "scan-server", "--listen", "127.0.0.1:0", "--root", str(root), "--no-store"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert "serving" in proc.stdout.readline()
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+
+
+def test_closing_a_server_waits_until_no_thread_is_inside_duckdb(root):
+    """close() returns only once the spare-making thread is done with
+    DuckDB, even when it was still opening the first database."""
+    for _ in range(3):
+        server = ScanServer("127.0.0.1:0", root).start()
+        server.close()
+        alive = [t.name for t in threading.enumerate() if t.name == "duckdb-spare"]
+        assert not alive, "a thread is still inside DuckDB after close()"

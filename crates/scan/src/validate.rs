@@ -82,10 +82,11 @@ fn offsets<T: ArrowNativeType + PartialOrd>(data: &ArrayData, utf8: bool) -> Res
         return bad("a string is not UTF-8");
     }
     // A byte 0b10xxxxxx continues a character: no string may start or end
-    // before one (the end of the values is always a boundary).
+    // before one. The end of the covered bytes is a boundary of them (they
+    // are UTF-8), so only offsets before it are looked at.
     let split = offs.iter().fold(false, |split, o| {
         let at = o.as_usize();
-        split | (at < values.len() && (values[at] as i8) < -0x40)
+        split | (at < last && (values[at] as i8) < -0x40)
     });
     if split {
         return bad("a string starts or ends inside a character");

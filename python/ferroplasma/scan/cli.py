@@ -176,6 +176,10 @@ def main(argv: list[str]) -> int:
     server.start()
     also = f" and {server.ucx_address}" if server.ucx_address else ""
     print(f"ferroplasma scan-server: serving {server.root} on {server.address}{also}", flush=True)
-    stop.wait()
+    # Woken each second: a signal the kernel hands to another thread (one of
+    # DuckDB's, say) would never interrupt an untimed wait here, and the
+    # handler only runs in this thread.
+    while not stop.wait(1.0):
+        pass
     server.close()
     return 0

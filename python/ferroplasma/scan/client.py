@@ -250,7 +250,7 @@ class ScanClient:
         reader = self.query(sql, dataset, **kwargs)
         try:
             return reader.read_all()
-        except pa.ArrowException as e:
+        except (pa.ArrowException, OSError) as e:  # pyarrow raises OSError for I/O errors
             raise typed_error(e) from None
 
     def status(self) -> dict[str, int]:

@@ -107,6 +107,7 @@ class Spares:
         self._ready: Any = None
         self._making = False
         self._waiting = False  # a scan waits for the one being made
+        self._maker: threading.Thread | None = None
         self._closed = False
 
     def take(self) -> Any:
@@ -119,7 +120,8 @@ class Spares:
         with self._cond:
             if self._ready is None and self._making and not self._waiting:
                 self._waiting = True
-                self._cond.wait_for(lambda: not self._making)
+                # At most a second: past that, opening its own is no slower.
+                self._cond.wait_for(lambda: not self._making, 1.0)
                 self._waiting = False
             con, self._ready = self._ready, None
         self.prime()
@@ -135,7 +137,9 @@ class Spares:
         try:
             # Not a daemon: an interpreter that exits while a thread is inside
             # DuckDB aborts, so exiting waits for it (some 10 ms).
-            threading.Thread(target=self._make, name="duckdb-spare").start()
+            maker = threading.Thread(target=self._make, name="duckdb-spare")
+            self._maker = maker
+            maker.start()
         except RuntimeError:  # no thread to give: the next scan opens its own
             with self._cond:
                 self._making = False
@@ -162,13 +166,16 @@ class Spares:
             con = duckdb.connect(":memory:")
         except Exception:  # e.g. out of memory: the next scan opens its own and says why
             con = None
-        with self._cond:
-            self._making = False
-            if not self._closed and con is not None:
-                self._ready, con = con, None
-            self._cond.notify_all()
-        if con is not None:
-            con.close()
+        finally:
+            with self._cond:
+                if not self._closed and con is not None:
+                    self._ready, con = con, None
+            if con is not None:  # made after close(): not kept
+                con.close()
+            # Only now, done with DuckDB: close() waits for this.
+            with self._cond:
+                self._making = False
+                self._cond.notify_all()
 
     def close(self, timeout: float = 10.0) -> None:
         """Closes the ready database, after the one being made (waited for
@@ -178,6 +185,9 @@ class Spares:
             self._closed = True
             self._cond.wait_for(lambda: not self._making, timeout)
             con, self._ready = self._ready, None
+            maker = self._maker
+        if maker is not None and maker is not threading.current_thread():
+            maker.join(timeout)
         if con is not None:
             con.close()
 

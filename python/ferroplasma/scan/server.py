@@ -173,7 +173,6 @@ class ScanServer:
             )
         self._refusals = RefusalLog(refusal_log_interval)
         self._spares = engine.Spares()  # a DuckDB database ready for the next scan
-        self._spares.prime()
         self._gate = Gate(
             self._sock,
             check_hello=self._check_hello,
@@ -213,6 +212,7 @@ class ScanServer:
 
     def serve_forever(self) -> None:
         """Accepts connections until :meth:`close` (see ``gate.py``)."""
+        self._spares.prime()  # the first scan's database, made meanwhile
         self._gate.run()
 
     def _admit(self, sock: socket.socket, peer: str) -> None:
@@ -448,12 +448,17 @@ class ScanServer:
             if scan is not None and scan.via_store:
                 scan.close(finalized=True)  # what it placed and never sent goes first
                 scan = None
-            wire.send(t, wire.FINALIZED, {"scan": scan_id})
-            if scan is not None:
+            try:
+                wire.send(t, wire.FINALIZED, {"scan": scan_id})
+            finally:
                 # Closing DuckDB's database takes milliseconds: after the
                 # answer, off the client's path (this connection's next
-                # request waits for it).
-                scan.close(finalized=True)
+                # request waits for it); closed even if the answer failed.
+                if scan is not None:
+                    try:
+                        scan.close(finalized=True)
+                    except Exception:  # answered already: log it, keep serving
+                        log.exception("closing a finalized scan failed")
         elif kind == wire.STATUS:
             wire.send(t, wire.STATUS_REPLY, self.status())
         else:
