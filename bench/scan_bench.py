@@ -309,7 +309,8 @@ def measure_client(args: argparse.Namespace) -> dict:
 
     import ferroplasma as fp
 
-    scan = fp.scan.connect(args.scan)
+    token = os.environ.get("FERROPLASMA_SCAN_TOKEN")
+    scan = fp.scan.connect(args.scan, token=token)
     fl = flight.connect(f"grpc://{args.flight}")
     store = fp.connect(args.store) if args.store else None
     ds = args.dataset
@@ -366,7 +367,7 @@ def measure_client(args: argparse.Namespace) -> dict:
     if store is not None:
         methods["ferroplasma-store"] = (lambda k: store_run(k, True), lambda k: store_run(k, False))
     if args.ucx:
-        over_ucx = fp.scan.connect(args.ucx)
+        over_ucx = fp.scan.connect(args.ucx, token=token)
         methods["ferroplasma-ucx"] = (
             lambda k: fp_run(k, True, "buffers", over_ucx),
             lambda k: fp_run(k, False, "buffers", over_ucx),
@@ -470,6 +471,8 @@ def run_setup(name: str, data: Path, prefix_srv: list, prefix_cli: list, host: s
     exe = str(Path(sys.executable).parent / "ferroplasma")
     me = str(Path(__file__).resolve())
     procs = []
+    # The scan server's token (a UCX listener needs one), for it and the client.
+    os.environ["FERROPLASMA_SCAN_TOKEN"] = os.urandom(16).hex()
     try:
         scan_cmd = [exe, "scan-server", "--listen", f"{host}:{PORTS['scan']}",
                     "--root", str(data.parent), "--log-level", "warning"]  # fmt: skip

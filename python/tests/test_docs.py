@@ -108,10 +108,23 @@ def scan_server_ucx(store, scan_root):
 
     if not ucx.available():
         pytest.skip("the UCX binding is not installed (pip install ucxx-cu12; make test-ucx)")
+    token = "doc-test-ucx-token"  # the snippet reads it from $FERROPLASMA_SCAN_TOKEN
     with fp.scan.ScanServer(
-        "127.0.0.1:0", scan_root, store_socket=store.socket, ucx_listen="127.0.0.1:0"
+        "127.0.0.1:0",
+        scan_root,
+        token=token,
+        store_socket=store.socket,
+        ucx_listen="127.0.0.1:0",
     ).start() as srv:
-        yield {"ucx://datahost:7701": srv.ucx_address}
+        old = os.environ.get("FERROPLASMA_SCAN_TOKEN")
+        os.environ["FERROPLASMA_SCAN_TOKEN"] = token
+        try:
+            yield {"ucx://datahost:7701": srv.ucx_address}
+        finally:
+            if old is None:
+                os.environ.pop("FERROPLASMA_SCAN_TOKEN", None)
+            else:
+                os.environ["FERROPLASMA_SCAN_TOKEN"] = old
 
 
 @pytest.fixture(scope="module")

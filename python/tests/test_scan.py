@@ -22,6 +22,7 @@ from ferroplasma import arrow_layout  # noqa: E402
 from ferroplasma.scan import wire  # noqa: E402
 
 ROWS = 3000
+UCX_TOKEN = "ucx-scan-test-token"  # a UCX listener needs one (every interface)
 
 # One expression per kind of Arrow array DuckDB produces; every third row NULL.
 TYPES = {
@@ -145,7 +146,8 @@ def ucx_server(root):
     cmd = [os.path.join(os.path.dirname(sys.executable), "ferroplasma"), "scan-server"]
     cmd += ["--listen", "127.0.0.1:0", "--ucx-listen", "127.0.0.1:0", "--root", str(root)]
     cmd += ["--no-store", "--threads", "2", "--log-level", "error"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    env = {**os.environ, "FERROPLASMA_SCAN_TOKEN": UCX_TOKEN}  # UCX needs one
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
     assert " and ucx://" in line, line
     yield line.split(" and ")[-1].strip()
@@ -156,8 +158,9 @@ def ucx_server(root):
 @pytest.fixture(params=["tcp", "ucx"])
 def any_scan(request, server):
     """A client over each transport: TCP (the native data path) and UCX."""
-    address = request.getfixturevalue("ucx_server") if request.param == "ucx" else server
-    with fp.scan.connect(address) as c:
+    ucx = request.param == "ucx"
+    address = request.getfixturevalue("ucx_server") if ucx else server
+    with fp.scan.connect(address, token=UCX_TOKEN if ucx else None) as c:
         yield c
 
 
@@ -216,7 +219,7 @@ def test_a_huge_single_batch(any_scan, root):
 
 
 def test_over_ucx_errors_are_typed_and_batches_land_in_the_store(ucx_server, root):
-    with fp.scan.connect(ucx_server) as scan:
+    with fp.scan.connect(ucx_server, token=UCX_TOKEN) as scan:
         with pytest.raises(fp.errors.QueryError, match="convert"):
             scan.to_table("SELECT CAST(s AS INT) FROM dataset", "big.parquet")
         with pytest.raises(fp.errors.DatasetNotFound):

@@ -415,6 +415,20 @@ def _stop(proc: subprocess.Popen) -> tuple[str, str]:
     return out, err
 
 
+def test_a_ucx_listener_needs_a_token(root):
+    """The UCX binding listens on every interface whatever host it is given:
+    without a token, anyone who can reach the machine could query the root."""
+    with pytest.raises(ValueError, match="needs a token"):
+        fp.scan.ScanServer("127.0.0.1:0", root, ucx_listen="127.0.0.1:0")
+    env = {k: v for k, v in os.environ.items() if k != "FERROPLASMA_SCAN_TOKEN"}
+    cmd = [EXE, "scan-server", "--listen", "127.0.0.1:0", "--root", str(root)]
+    r = subprocess.run(
+        [*cmd, "--ucx-listen", "127.0.0.1:0"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert r.returncode == 2, r.stderr
+    assert "needs a token" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_the_serving_line_is_printed_once(root):
     env = {k: v for k, v in os.environ.items() if k != "FERROPLASMA_SCAN_TOKEN"}
     proc, address, line = _start(root, env={**env, "FERROPLASMA_SCAN_TOKEN": "from-env"})

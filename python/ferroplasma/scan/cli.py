@@ -141,9 +141,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ucx-listen",
         metavar="[ucx://]HOST:PORT",
-        help="also serve over UCX on PORT (every interface; 0 picks one): RDMA where the "
-        "hardware is, shared memory on one host, else TCP. Clients connect to "
-        "ucx://HOST:PORT. Needs the UCX binding: pip install ucxx-cu12",
+        help="also serve over UCX on PORT (0 picks one): RDMA where the hardware is, shared "
+        "memory on one host, else TCP. Clients connect to ucx://HOST:PORT. The binding "
+        "listens on every interface whatever HOST says, so this needs a token "
+        "(--token-file or $FERROPLASMA_SCAN_TOKEN). Needs the UCX binding: pip install "
+        "ucxx-cu12",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p

@@ -117,6 +117,10 @@ class ScanServer:
     ``refusal_log_interval`` seconds, with a count of those left out. Bad
     values raise ValueError (an unusable ``listen``: ValueError or OSError).
     Listening beyond loopback without a token logs a warning.
+
+    ``ucx_listen`` (``"[ucx://]HOST:PORT"``): also serve over UCX (see
+    :attr:`ucx_address`). The binding listens on every interface whatever
+    HOST says, so it needs a ``token`` (ValueError without one).
     """
 
     def __init__(
@@ -243,6 +247,15 @@ class ScanServer:
         if listen.startswith(ucx.SCHEME):
             listen = listen[len(ucx.SCHEME) :]
         host, port = parse_address(listen)
+        if not self.token:
+            # The binding takes a port only: it listens on every interface,
+            # whatever host was asked for.
+            raise ValueError(
+                f"--ucx-listen {listen!r} needs a token: the UCX binding listens on every "
+                "interface whatever the host, so without one anyone who can reach this "
+                "machine could query every dataset under the root. Give the server a token "
+                "(--token-file or $FERROPLASMA_SCAN_TOKEN) and its clients token=..."
+            )
         if not ucx.available():
             raise ValueError(
                 f"--ucx-listen {listen!r} needs the UCX binding: pip install ucxx-cu12"
@@ -250,11 +263,6 @@ class ScanServer:
         self._ucx = ucx.UcxListener(port, self._admit_ucx)
         shown = tcp_host if host in ("", "0.0.0.0", "::") else host
         self.ucx_address = f"{ucx.SCHEME}{shown}:{self._ucx.port}"
-        if not self.token:
-            log.warning(
-                "the scan server also listens on %s (UCX, every interface) without a token",
-                self.ucx_address,
-            )
 
     def _admit_ucx(self, t: Any) -> None:
         """A UCX connection, in its own thread: its HELLO within the
