@@ -161,6 +161,10 @@ def test_closing_a_server_waits_until_no_thread_is_inside_duckdb(root):
     """close() returns only once the spare-making thread is done with
     DuckDB, even when it was still opening the first database."""
     for _ in range(3):
+        spares = engine.Spares()
+        spares.prime()  # the thread is opening a database now
+        spares.close()
+        assert spares._maker is not None and not spares._maker.is_alive()
         server = ScanServer("127.0.0.1:0", root).start()
         server.close()
         alive = [t.name for t in threading.enumerate() if t.name == "duckdb-spare"]

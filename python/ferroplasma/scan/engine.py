@@ -11,6 +11,7 @@ while opening the dataset names it as the client did, not by its path here.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -138,8 +139,9 @@ class Spares:
             # Not a daemon: an interpreter that exits while a thread is inside
             # DuckDB aborts, so exiting waits for it (some 10 ms).
             maker = threading.Thread(target=self._make, name="duckdb-spare")
-            self._maker = maker
             maker.start()
+            with self._cond:
+                self._maker = maker  # (one that never started is not joined)
         except RuntimeError:  # no thread to give: the next scan opens its own
             with self._cond:
                 self._making = False
@@ -169,9 +171,14 @@ class Spares:
         finally:
             with self._cond:
                 if not self._closed and con is not None:
+                    # Kept: ready and no longer making in one step, so that
+                    # the scan that takes it starts the next one.
                     self._ready, con = con, None
-            if con is not None:  # made after close(): not kept
-                con.close()
+                    self._making = False
+                    self._cond.notify_all()
+            if con is not None:  # made after close() (or failed): not kept
+                with contextlib.suppress(Exception):
+                    con.close()
             # Only now, done with DuckDB: close() waits for this.
             with self._cond:
                 self._making = False

@@ -207,6 +207,7 @@ class ScanServer:
             try:
                 self._listen_ucx(ucx_listen, host)
             except Exception as e:
+                self._gate.stop()  # never ran: its wake-up pair closes
                 self._sock.close()
                 if isinstance(e, (OSError, ValueError)):
                     raise
@@ -311,6 +312,7 @@ class ScanServer:
 
     def start(self) -> ScanServer:
         """Serves in a background thread (for tests and embedding)."""
+        self._spares.prime()  # the first scan's database, made from now on
         self._thread = threading.Thread(target=self.serve_forever, daemon=True, name="scan-accept")
         self._thread.start()
         return self
