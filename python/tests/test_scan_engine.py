@@ -6,6 +6,7 @@ DuckDB's calls can be watched)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -169,3 +170,32 @@ def test_closing_a_server_waits_until_no_thread_is_inside_duckdb(root):
         server.close()
         alive = [t.name for t in threading.enumerate() if t.name == "duckdb-spare"]
         assert not alive, "a thread is still inside DuckDB after close()"
+
+
+def test_a_spare_taken_at_once_does_not_end_the_next_one_being_made(monkeypatch):
+    """The thread that made a spare must not mark the next one as made:
+    a scan that takes the spare the moment it is ready starts the next,
+    and that one is still being made until its own thread says so."""
+    spares = engine.Spares()
+    gate = threading.Event()
+    real = duckdb.connect
+    calls: list[int] = []
+
+    def connect(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            gate.wait(10)  # the second spare takes its time
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(duckdb, "connect", connect)
+    spares.prime()
+    assert spares.wait(10)
+    first = spares.take()  # starts the second, held at the gate
+    try:
+        time.sleep(0.2)  # the first spare's thread has ended by now
+        assert spares._making and not spares.ready, "the second spare counted as made"
+    finally:
+        gate.set()
+    assert spares.wait(10) and spares.ready
+    first.close()
+    spares.close()

@@ -170,19 +170,22 @@ class Spares:
             con = None
         finally:
             with self._cond:
-                if not self._closed and con is not None:
-                    # Kept: ready and no longer making in one step, so that
-                    # the scan that takes it starts the next one.
+                kept = not self._closed and con is not None
+                if kept:
+                    # Ready and no longer making in one step, so that the
+                    # scan that takes it starts the next one (whose making
+                    # this thread must then leave alone).
                     self._ready, con = con, None
                     self._making = False
                     self._cond.notify_all()
-            if con is not None:  # made after close() (or failed): not kept
-                with contextlib.suppress(Exception):
-                    con.close()
-            # Only now, done with DuckDB: close() waits for this.
-            with self._cond:
-                self._making = False
-                self._cond.notify_all()
+            if not kept:
+                if con is not None:  # made after close(): not kept
+                    with contextlib.suppress(Exception):
+                        con.close()
+                # Only now, done with DuckDB: close() waits for this.
+                with self._cond:
+                    self._making = False
+                    self._cond.notify_all()
 
     def close(self, timeout: float = 10.0) -> None:
         """Closes the ready database, after the one being made (waited for
